@@ -1,0 +1,151 @@
+"""Layer benchmark: CUDA-graph replay, median of many runs, against the floor measured in the same run.
+
+floor = max(weight bytes of the experts hit / measured read bandwidth,
+            FLOPs / measured bf16 tensor-core rate).
+Inputs rotate over several sets (different tokens, so different experts), so L2 does not flatter
+small batches by keeping one set's experts resident.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .runtime import MoeLayer
+from .spec import ModelSpec
+from .testing import random_inputs, random_weights
+
+
+@dataclass
+class Ceilings:
+    read_tbs: float
+    bf16_tflops: float
+
+
+@dataclass
+class BenchRow:
+    tokens: int
+    kernels: str
+    median_us: float
+    p10_us: float
+    p90_us: float
+    weight_bytes: float  # mean over the input sets
+    flops: float
+    floor_us: float
+    time_over_floor: float
+    achieved_tbs: float
+    achieved_tflops: float
+
+
+def _median_time_ms(fn, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def measure_ceilings(device="cuda") -> Ceilings:
+    x = torch.empty(1 << 30, dtype=torch.float32, device=device).normal_()  # 4 GiB read per sum
+    out = torch.empty((), dtype=torch.float32, device=device)
+    ms = _median_time_ms(lambda: torch.sum(x, out=out), 20)
+    read_tbs = x.numel() * 4 / (ms * 1e-3) / 1e12
+    del x
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    ms = _median_time_ms(lambda: torch.matmul(a, b, out=c), 20)
+    return Ceilings(read_tbs=read_tbs, bf16_tflops=2 * n**3 / (ms * 1e-3) / 1e12)
+
+
+def expert_bytes(spec: ModelSpec) -> int:
+    """Weight bytes of one local expert as stored by a checkpoint: e2m1 values plus e8m0 scales."""
+    params = 3 * spec.hidden_size * spec.local_intermediate
+    return params // 2 + params // 32
+
+
+def bench_layer(layer: MoeLayer, tokens: list[int], ceilings: Ceilings, reps: int = 30, rotations: int = 8,
+                seed: int = 0, log=print) -> list[BenchRow]:
+    spec = layer.spec
+    w = random_weights(spec, "cuda", seed)
+    rows = []
+    for T in tokens:
+        k1, k2 = layer.choose_kernels(T)
+        graphs, hit = [], []
+        for r in range(rotations):
+            x = random_inputs(spec, T, "cuda", seed + 100 * T + r)
+            res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))  # warm-up, also allocates
+            ids = res.topk_ids.long()
+            local = ids[(ids >= spec.expert_begin) & (ids < spec.expert_begin + spec.local_experts)]
+            hit.append(local.unique().numel())
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))
+            graphs.append((g, x))  # keep the inputs alive with their graph
+        for g, _ in graphs:
+            g.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            for g, _ in graphs:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b) * 1e3)
+        del graphs
+        times.sort()
+        med = statistics.median(times)
+        wbytes = statistics.mean(hit) * expert_bytes(spec)
+        local_slots = T * spec.top_k * spec.local_experts / spec.num_experts
+        flops = 2 * local_slots * 3 * spec.hidden_size * spec.local_intermediate
+        floor = max(wbytes / (ceilings.read_tbs * 1e12), flops / (ceilings.bf16_tflops * 1e12)) * 1e6
+        row = BenchRow(T, f"{layer.kernels[k1].name},{layer.kernels[k2].name}", med, times[len(times) // 10],
+                       times[len(times) * 9 // 10], wbytes, flops, floor, med / floor if floor else 0.0,
+                       wbytes / (med * 1e-6) / 1e12, flops / (med * 1e-6) / 1e12)
+        log(f"T={T:6d}  {med:9.1f} us  floor {floor:8.1f} us  x{row.time_over_floor:5.2f}  "
+            f"{row.achieved_tbs:5.2f} TB/s  {row.achieved_tflops:6.1f} TFLOP/s  [{row.kernels}]")
+        rows.append(row)
+    return rows
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = "unknown"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return dict(gpu=props.name, sm_count=props.multi_processor_count, driver=driver, cuda=torch.version.cuda,
+                torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=commit)
+
+
+def markdown_table(rows: list[BenchRow]) -> str:
+    lines = ["| T | moegen µs (median) | floor µs | time / floor | TB/s | TFLOP/s | kernels |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.tokens} | {r.median_us:.1f} | {r.floor_us:.1f} | {r.time_over_floor:.2f} | "
+                     f"{r.achieved_tbs:.2f} | {r.achieved_tflops:.1f} | {r.kernels} |")
+    return "\n".join(lines)
+
+
+def to_json(rows: list[BenchRow], ceilings: Ceilings, spec: ModelSpec) -> dict:
+    return dict(environment=environment(), model=spec.variant, ceilings=asdict(ceilings),
+                rows=[asdict(r) for r in rows])

@@ -1,0 +1,135 @@
+"""Kernel config space per arch: tile shapes as data, each pruning rule one line with its reason.
+
+A KernelConfig is the *chosen* implementation; the ModelSpec is the *problem*.  They stay separate
+(the same config can serve any model whose padded sizes it fits).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+from .spec import GpuSpec, ModelSpec
+
+ATOM_K = 64  # prepared weights come in 64-row x 64-K atoms (templates/include/moegen/sm90_mxfp4_grouped_gemm.cuh)
+ROW_PAD = 128  # prepared weight rows are padded to this (largest block_m)
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    arch: str
+    gemm: str  # "gemm1" (W1|W3 + SwiGLU) or "gemm2" (W2 + routing weight)
+    block_m: int  # weight rows per CTA (64 per consumer warpgroup)
+    block_n: int  # token rows per CTA (the wgmma N)
+    block_k: int
+    stages: int  # cp.async ring depth
+
+    @property
+    def name(self) -> str:
+        from .naming import kernel_name
+        return kernel_name(self)
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """The N (output rows) and K of one of the layer's two grouped GEMMs."""
+    n: int
+    k: int
+
+    @property
+    def k_padded(self) -> int:
+        return -(-self.k // ATOM_K) * ATOM_K
+
+
+def gemm_shapes(spec: ModelSpec) -> dict[str, GemmShape]:
+    return {"gemm1": GemmShape(2 * spec.local_intermediate, spec.hidden_size),
+            "gemm2": GemmShape(spec.hidden_size, spec.local_intermediate)}
+
+
+def smem_bytes(c: KernelConfig) -> int:
+    b = c.block_n * c.block_k * 2 * c.stages  # bf16 activation tiles
+    a = (c.block_m // 64) * (c.block_k // 64) * (2048 + 128) * c.stages  # e2m1 atoms + e8m0 scales
+    return b + a + 1024  # alignment of the swizzled B tile
+
+
+def accumulator_registers(c: KernelConfig) -> int:
+    return c.block_n // 2  # 64 x block_n fp32 accumulators over 128 threads
+
+
+def a_fragment_registers(c: KernelConfig) -> int:
+    return 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments
+
+
+# --- SM90 ------------------------------------------------------------------------------------
+SM90_BLOCK_M = (64, 128)
+SM90_BLOCK_N = (8, 16, 32, 64, 128, 256)
+SM90_BLOCK_K = (64, 128)
+SM90_STAGES = (3, 4, 5, 6, 8)
+SM90_SMEM_LIMIT = 227 * 1024
+
+Rule = tuple[str, Callable[[KernelConfig, GemmShape], bool]]
+SM90_RULES: list[Rule] = [
+    ("block_k must divide the 64-padded K: prepared atoms end there", lambda c, s: s.k_padded % c.block_k == 0),
+    ("shared memory per CTA is at most 227 KiB on SM90", lambda c, s: smem_bytes(c) <= SM90_SMEM_LIMIT),
+    ("accumulators + A fragments must leave registers for addresses (255 cap)",
+     lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= 176),
+    ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
+     lambda c, s: c.stages - 2 <= max(1, s.k_padded // c.block_k)),
+    ("two consumer warpgroups only pay off once a CTA has enough token rows to share B",
+     lambda c, s: c.block_m == 64 or c.block_n >= 64),
+]
+
+
+def rejection_reason(c: KernelConfig, shape: GemmShape, rules: list[Rule] = SM90_RULES) -> str | None:
+    for reason, ok in rules:
+        if not ok(c, shape):
+            return reason
+    return None
+
+
+def candidate_configs(spec: ModelSpec, arch: str) -> list[KernelConfig]:
+    """Every valid config of both GEMMs for this spec: the space `moegen tune` searches."""
+    if arch != "sm90":
+        return []  # SM100 kernels are not written yet; its space lands with them
+    out = []
+    for gemm, shape in gemm_shapes(spec).items():
+        for m, n, k, s in itertools.product(SM90_BLOCK_M, SM90_BLOCK_N, SM90_BLOCK_K, SM90_STAGES):
+            c = KernelConfig("sm90", gemm, m, n, k, s)
+            if rejection_reason(c, shape) is None:
+                out.append(c)
+    return out
+
+
+# Default build: one decode-shaped and one prefill-shaped kernel per GEMM, first valid of each list.
+SM90_DEFAULTS = {
+    "decode": [(64, 16, 128, 6), (64, 16, 64, 8)],
+    "prefill": [(128, 128, 64, 4), (128, 64, 64, 4)],
+}
+
+
+def default_configs(spec: ModelSpec, arch: str) -> list[KernelConfig]:
+    if arch != "sm90":
+        raise NotImplementedError(f"arch {arch!r}: kernels exist for sm90 only (SM100 kernels come later)")
+    out = []
+    for gemm, shape in gemm_shapes(spec).items():
+        for choices in SM90_DEFAULTS.values():
+            for m, n, k, s in choices:
+                c = KernelConfig(arch, gemm, m, n, k, s)
+                if rejection_reason(c, shape) is None:
+                    out.append(c)
+                    break
+            else:
+                raise ValueError(f"{spec.source}: no default {gemm} config fits N={shape.n}, K={shape.k}")
+    return out
+
+
+def check_configs(spec: ModelSpec, configs: list[KernelConfig]) -> None:
+    shapes = gemm_shapes(spec)
+    for c in configs:
+        reason = rejection_reason(c, shapes[c.gemm])
+        if reason:
+            raise ValueError(f"kernel config {c.name}: invalid for {spec.variant}: {reason}")
+
+
+def gpu_supports(gpu: GpuSpec, arch: str) -> bool:
+    return gpu.arch == arch

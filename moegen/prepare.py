@@ -1,0 +1,173 @@
+"""Weight prepare: raw MXFP4 checkpoint tensors -> the layout the SM90 kernels stream.
+
+Raw input (per GEMM): e2m1 pairs ``[E, N, K/2]`` uint8 (element 2i in the low nibble) and e8m0
+scales ``[E, N, K/32]`` uint8.  Output, per GEMM:
+
+* ``w``  ``[E, Npad/64, Kpad/64, 2048]`` uint8: 64x64 "atoms"; atom byte ``16*L + 4*kk + n/2``
+  (nibble n of word kk) holds the element thread L of the consumer warpgroup widens into its wgmma
+  A fragment at k16 step kk (see ``_atom_index_tables``).  One 16-byte load per thread per atom.
+* ``scales`` ``[E, Npad/64, Kpad/64, 128]`` uint8: byte ``32*warp + 4*g + b`` is the scale of
+  fragment row ``16*warp + g + 8*(b%2)`` for the 32-wide K group ``b//2``, stored as
+  ``e8m0 - shift[e]`` clamped to [0, 128] so the kernel's bf16 multiplier 2^(s-1) is always normal.
+* ``expert_scale`` ``[E]`` float32 = 2^shift[e], applied in fp32 by the epilogue.
+
+GEMM1 rows are reordered so that within every 16 rows, rows 0-7 are gate rows j..j+7 and rows 8-15
+the matching up rows: each accumulator thread then holds gate and up of one output column.
+Everything is torch index arithmetic and runs on the tensors' device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from .spec import ModelSpec
+
+ATOM_ROWS, ATOM_K = 64, 64
+ROW_PAD = 128  # rows padded so both 64- and 128-row CTA tiles stay inside the tensor
+MAX_STORED_SCALE = 128  # largest s with 2^(s-1) a normal bf16
+E8M0_NAN = 255
+GATE_UP_ORDERS = ("gate_up", "up_gate", "interleaved")
+
+
+@dataclass(frozen=True)
+class PreparedGemm:
+    w: torch.Tensor
+    scales: torch.Tensor
+    expert_scale: torch.Tensor
+    bias: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class PreparedWeights:
+    gemm1: PreparedGemm
+    gemm2: PreparedGemm
+
+    def to(self, device) -> "PreparedWeights":
+        def mv(g: PreparedGemm) -> PreparedGemm:
+            return PreparedGemm(g.w.to(device), g.scales.to(device), g.expert_scale.to(device),
+                                None if g.bias is None else g.bias.to(device))
+        return PreparedWeights(mv(self.gemm1), mv(self.gemm2))
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@lru_cache(maxsize=None)
+def _atom_index_tables() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row, k) of every nibble of an atom, and (row, k-group) of every scale byte.
+
+    Thread L = 32*warp + 4*g + t; word kk covers k in [16kk, 16kk+16).  wgmma's A fragment gives
+    the thread rows g, g+8 (of its warp's 16) and k = 2t, 2t+1, 2t+8, 2t+9; the converter turns
+    nibbles (3-j, 7-j) into fragment register j, so nibble n maps as below.
+    """
+    L = torch.arange(128).view(128, 1, 1)
+    kk = torch.arange(4).view(1, 4, 1)
+    n = torch.arange(8).view(1, 1, 8)
+    warp, g, t = L // 32, (L % 32) // 4, L % 4
+    j = 3 - (n % 4)  # fragment register: nibbles 3,2,1,0 -> j 0,1,2,3 (7,6,5,4 likewise, high half)
+    high = n // 4  # high half of the bf16x2 register = the odd k
+    row = 16 * warp + g + 8 * (j % 2)
+    k = 16 * kk + 2 * t + high + 8 * (j // 2)
+    b = torch.arange(4).view(1, 1, 4)
+    w4 = torch.arange(4).view(4, 1, 1)
+    g8 = torch.arange(8).view(1, 8, 1)
+    s_row = 16 * w4 + g8 + 8 * (b % 2)
+    s_kg = (b // 2).expand(4, 8, 4)
+    return row.expand(128, 4, 8), k.expand(128, 4, 8), s_row, s_kg
+
+
+def _unpack(packed: torch.Tensor) -> torch.Tensor:
+    lo, hi = packed & 0xF, packed >> 4
+    return torch.stack((lo, hi), dim=-1).flatten(-2)
+
+
+def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    if t.dtype != dtype:
+        raise ValueError(f"{name}: dtype {t.dtype}, expected {dtype}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
+
+
+def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """codes [E, N, K] uint8 (one e2m1 code each), e8m0 [E, N, K/32] -> (w atoms, scale atoms, expert_scale)."""
+    E, N, K = codes.shape
+    if (e8m0 == E8M0_NAN).any():
+        bad = (e8m0 == E8M0_NAN).nonzero()[0].tolist()
+        raise ValueError(f"{name}: e8m0 scale 255 (NaN) at [expert, row, group] = {bad}")
+    Np, Kp = _round_up(N, ROW_PAD), _round_up(K, ATOM_K)
+    dev = codes.device
+    c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
+    c[:, :N, :K] = codes
+    exp = e8m0.to(torch.int32)
+    shift = (exp.amax(dim=(1, 2)) - MAX_STORED_SCALE).clamp(min=0) if exp.numel() else torch.zeros(E, dtype=torch.int32, device=dev)
+    stored = (exp - shift.view(E, 1, 1)).clamp(0, MAX_STORED_SCALE).to(torch.uint8)
+    s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)
+    s[:, :N, : K // 32] = stored
+
+    row, k, s_row, s_kg = (x.to(dev) for x in _atom_index_tables())
+    atoms = c.view(E, Np // 64, 64, Kp // 64, 64).permute(0, 1, 3, 2, 4)  # [E, N64, K64, 64, 64]
+    nib = atoms[..., row, k]  # [E, N64, K64, 128, 4, 8]
+    byte = nib[..., 0::2] | (nib[..., 1::2] << 4)  # nibble n -> byte n//2, low nibble if n even
+    w = byte.reshape(E, Np // 64, Kp // 64, 2048).contiguous()
+    sa = s.view(E, Np // 64, 64, Kp // 64, 2).permute(0, 1, 3, 2, 4)  # [E, N64, K64, 64, 2]
+    scales = sa[..., s_row, s_kg].reshape(E, Np // 64, Kp // 64, 128).contiguous()
+    expert_scale = torch.pow(2.0, shift.to(torch.float64)).to(torch.float32)
+    return w, scales, expert_scale
+
+
+def _interleave_gate_up(x: torch.Tensor, inter: int) -> torch.Tensor:
+    """[E, 2I, ...] gate rows then up rows -> blocks of 8 gate rows followed by their 8 up rows."""
+    E = x.shape[0]
+    gate = x[:, :inter].reshape(E, inter // 8, 8, *x.shape[2:])
+    up = x[:, inter:].reshape(E, inter // 8, 8, *x.shape[2:])
+    return torch.stack((gate, up), dim=2).reshape(E, 2 * inter, *x.shape[2:])
+
+
+def to_gate_up(x: torch.Tensor, order: str, inter: int) -> torch.Tensor:
+    """Rows of a fused W1|W3 tensor in checkpoint order -> gate rows then up rows."""
+    if order == "gate_up":
+        return x
+    if order == "up_gate":
+        return torch.cat((x[:, inter:], x[:, :inter]), dim=1)
+    if order == "interleaved":  # gpt-oss: gate, up, gate, up, ...
+        return torch.cat((x[:, 0::2], x[:, 1::2]), dim=1)
+    raise ValueError(f"gate_up_order {order!r}: expected one of {GATE_UP_ORDERS}")
+
+
+def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
+            w2_scales: torch.Tensor, b13: torch.Tensor | None = None, b2: torch.Tensor | None = None,
+            gate_up_order: str = "gate_up") -> PreparedWeights:
+    """Convert the LOCAL experts' raw MXFP4 weights of one rank (shard first for TP/EP).
+
+    w13 [E_local, 2*I_local, H/2], w13_scales [E_local, 2*I_local, H/32], w2 [E_local, H, I_local/2],
+    w2_scales [E_local, H, I_local/32]; b13 [E_local, 2*I_local] and b2 [E_local, H] float, iff the
+    spec has GEMM biases.  ``gate_up_order`` names the checkpoint's W1|W3 row order.
+    """
+    E, H, I = spec.local_experts, spec.hidden_size, spec.local_intermediate
+    if gate_up_order not in GATE_UP_ORDERS:
+        raise ValueError(f"gate_up_order {gate_up_order!r}: expected one of {GATE_UP_ORDERS}")
+    _check("w13", w13, (E, 2 * I, H // 2), torch.uint8)
+    _check("w13_scales", w13_scales, (E, 2 * I, H // 32), torch.uint8)
+    _check("w2", w2, (E, H, I // 2), torch.uint8)
+    _check("w2_scales", w2_scales, (E, H, I // 32), torch.uint8)
+    for name, t, want, shape in (("b13", b13, spec.gemm1_bias, (E, 2 * I)), ("b2", b2, spec.gemm2_bias, (E, H))):
+        if want and t is None:
+            raise ValueError(f"{name}: required by {spec.name} (per-expert GEMM bias)")
+        if not want and t is not None:
+            raise ValueError(f"{name}: given, but {spec.name} has no such bias")
+        if t is not None:
+            if not t.is_floating_point():
+                raise ValueError(f"{name}: dtype {t.dtype}, expected a float dtype")
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
+
+    codes13 = _interleave_gate_up(to_gate_up(_unpack(w13), gate_up_order, I), I)
+    s13 = _interleave_gate_up(to_gate_up(w13_scales, gate_up_order, I), I)
+    g1 = pack_gemm(codes13, s13, "w13_scales")
+    g2 = pack_gemm(_unpack(w2), w2_scales, "w2_scales")
+    bias13 = None if b13 is None else to_gate_up(b13.float(), gate_up_order, I).contiguous()
+    bias2 = None if b2 is None else b2.float().contiguous()
+    return PreparedWeights(PreparedGemm(*g1, bias13), PreparedGemm(*g2, bias2))

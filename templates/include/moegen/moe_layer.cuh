@@ -1,0 +1,183 @@
+// Host orchestration of one MoE layer: workspace carving, argument checks and the launch sequence.
+// Everything runs on the caller's stream with no host synchronization and no allocation, so the
+// whole layer can be captured in a CUDA graph.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <type_traits>
+
+#include "moegen/abi.h"
+#include "moegen/moe_stages.cuh"
+
+namespace moegen {
+
+typedef int (*GemmLaunch)(const sm90::GemmParams*, int max_work, cudaStream_t);
+
+struct KernelEntry {
+  const char* name;
+  int gemm;      // 1 or 2
+  int block_n;   // token rows per work tile: the schedule is built for it
+  GemmLaunch launch;
+};
+
+inline char* error_buffer() {
+  static thread_local char buf[512];
+  return buf;
+}
+inline const char* last_error() { return error_buffer(); }
+inline int fail(int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error_buffer(), 512, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+constexpr int kMinBlockN = 8;
+
+// Worst-case work tiles for `rows` expert rows cut into tiles of bn rows.
+inline int max_work_tiles(long rows, int bn, int experts) {
+  long tiles = (rows + bn - 1) / bn + (rows < experts ? rows : experts);
+  return int(tiles > 0 ? tiles : 1);
+}
+
+template <class P>
+struct Workspace {
+  int32_t* counts;
+  int32_t* offsets;
+  int32_t* slot_in_expert;
+  int32_t* row_token;
+  float* row_weight;
+  int32_t* token_row;
+  int32_t* work1_expert;
+  int32_t* work1_row0;
+  int32_t* work2_expert;
+  int32_t* work2_row0;
+  int32_t* num_work;
+  __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
+  __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
+
+  // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
+  static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
+    const long rows = long(num_tokens) * P::kTopK;
+    const int max_work = max_work_tiles(rows, kMinBlockN, P::kLocalExperts);
+    size_t off = 0;
+    auto take = [&](auto*& ptr, size_t count) {
+      using T = std::remove_reference_t<decltype(*ptr)>;
+      off = (off + 255) / 256 * 256;
+      if (base) ptr = reinterpret_cast<T*>(base + off);
+      off += count * sizeof(T);
+    };
+    Workspace dummy;
+    Workspace& w = ws ? *ws : dummy;
+    take(w.counts, P::kLocalExperts);
+    take(w.offsets, P::kLocalExperts + 1);
+    take(w.slot_in_expert, rows);
+    take(w.row_token, rows);
+    take(w.row_weight, rows);
+    take(w.token_row, rows);
+    take(w.work1_expert, max_work);
+    take(w.work1_row0, max_work);
+    take(w.work2_expert, max_work);
+    take(w.work2_row0, max_work);
+    take(w.num_work, 2);
+    take(w.h, size_t(rows) * P::kInter);
+    take(w.y, size_t(rows) * P::kHidden);
+    return (off + 255) / 256 * 256;
+  }
+  static size_t bytes(int num_tokens) { return carve(nullptr, nullptr, num_tokens); }
+};
+
+#define MOEGEN_CHECK_LAUNCH(what)                                                              \
+  do {                                                                                         \
+    cudaError_t e_ = cudaGetLastError();                                                       \
+    if (e_ != cudaSuccess) return fail(int(e_), "%s: %s", what, cudaGetErrorString(e_));       \
+  } while (0)
+
+template <class P>
+int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, int k1, int k2,
+            cudaStream_t stream) {
+  if (a.num_tokens < 0) return fail(-1, "num_tokens = %d: expected >= 0", a.num_tokens);
+  if (k1 < 0 || k1 >= num_kernels || kernels[k1].gemm != 1)
+    return fail(-1, "gemm1_kernel = %d: expected the index of a gemm1 kernel (0..%d)", k1, num_kernels - 1);
+  if (k2 < 0 || k2 >= num_kernels || kernels[k2].gemm != 2)
+    return fail(-1, "gemm2_kernel = %d: expected the index of a gemm2 kernel (0..%d)", k2, num_kernels - 1);
+  if (a.logits_dtype != MOEGEN_LOGITS_F32 && a.logits_dtype != MOEGEN_LOGITS_BF16)
+    return fail(-1, "logits_dtype = %d: expected MOEGEN_LOGITS_F32 or MOEGEN_LOGITS_BF16", a.logits_dtype);
+  if ((P::kBias13 && !a.b13) || (P::kBias2 && !a.b2))
+    return fail(-1, "this model has per-expert GEMM biases: b13 and b2 are required");
+  if (P::kRouter == kSigmoidGroupTopK && !a.score_bias)
+    return fail(-1, "this router selects with a per-expert score bias: score_bias is required");
+  const size_t need = Workspace<P>::bytes(a.num_tokens);
+  if (a.workspace_bytes < need || (reinterpret_cast<uintptr_t>(a.workspace) & 255))
+    return fail(-1, "workspace: %zu bytes at %p; expected >= %zu bytes, 256-byte aligned", a.workspace_bytes,
+                a.workspace, need);
+  if (a.num_tokens == 0) return 0;
+
+  Workspace<P> ws;
+  Workspace<P>::carve(&ws, static_cast<uint8_t*>(a.workspace), a.num_tokens);
+  const int T = a.num_tokens;
+  const long rows = long(T) * P::kTopK;
+
+  cudaError_t e = cudaMemsetAsync(ws.counts, 0, P::kLocalExperts * sizeof(int32_t), stream);
+  if (e != cudaSuccess) return fail(int(e), "memset: %s", cudaGetErrorString(e));
+  dim3 route_grid((T + 3) / 4);
+  if (a.logits_dtype == MOEGEN_LOGITS_F32)
+    route_kernel<P, float><<<route_grid, 128, 0, stream>>>(static_cast<const float*>(a.router_logits), a.score_bias,
+                                                           T, a.topk_ids, a.topk_weights, ws.counts,
+                                                           ws.slot_in_expert);
+  else
+    route_kernel<P, __nv_bfloat16><<<route_grid, 128, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(a.router_logits), a.score_bias, T, a.topk_ids, a.topk_weights,
+        ws.counts, ws.slot_in_expert);
+  MOEGEN_CHECK_LAUNCH("route");
+  const int bn1 = kernels[k1].block_n, bn2 = kernels[k2].block_n;
+  schedule_kernel<P><<<1, 32, 0, stream>>>(ws.counts, ws.offsets, bn1, ws.work1_expert, ws.work1_row0,
+                                           ws.num_work, bn2, ws.work2_expert, ws.work2_row0, ws.num_work + 1);
+  MOEGEN_CHECK_LAUNCH("schedule");
+  scatter_kernel<P><<<int((rows + 255) / 256), 256, 0, stream>>>(int(rows), a.topk_ids, a.topk_weights,
+                                                                   ws.slot_in_expert, ws.offsets, ws.row_token,
+                                                                   ws.row_weight, ws.token_row);
+  MOEGEN_CHECK_LAUNCH("scatter");
+
+  sm90::GemmParams g1{};
+  g1.w = a.w13;
+  g1.w_scales = a.w13_scales;
+  g1.expert_scale = a.w13_expert_scale;
+  g1.bias = a.b13;
+  g1.act = static_cast<const __nv_bfloat16*>(a.hidden);
+  g1.act_row = ws.row_token;  // gather fused into the B-operand loads
+  g1.offsets = ws.offsets;
+  g1.work_expert = ws.work1_expert;
+  g1.work_row0 = ws.work1_row0;
+  g1.num_work = ws.num_work;
+  g1.out = ws.h;
+  int rc = kernels[k1].launch(&g1, max_work_tiles(rows, bn1, P::kLocalExperts), stream);
+  if (rc) return fail(rc, "%s: %s", kernels[k1].name, cudaGetErrorString(cudaError_t(rc)));
+
+  sm90::GemmParams g2{};
+  g2.w = a.w2;
+  g2.w_scales = a.w2_scales;
+  g2.expert_scale = a.w2_expert_scale;
+  g2.bias = a.b2;
+  g2.act = ws.h;
+  g2.act_row = nullptr;
+  g2.offsets = ws.offsets;
+  g2.work_expert = ws.work2_expert;
+  g2.work_row0 = ws.work2_row0;
+  g2.num_work = ws.num_work + 1;
+  g2.row_weight = ws.row_weight;
+  g2.out = ws.y;
+  rc = kernels[k2].launch(&g2, max_work_tiles(rows, bn2, P::kLocalExperts), stream);
+  if (rc) return fail(rc, "%s: %s", kernels[k2].name, cudaGetErrorString(cudaError_t(rc)));
+
+  const long vecs = long(T) * (P::kHidden / 8);
+  finalize_kernel<P><<<int((vecs + 255) / 256), 256, 0, stream>>>(T, ws.token_row, ws.y,
+                                                                   static_cast<__nv_bfloat16*>(a.out));
+  MOEGEN_CHECK_LAUNCH("finalize");
+  return 0;
+}
+
+}  // namespace moegen

@@ -1,0 +1,306 @@
+// The MoE layer's non-GEMM stages and the GEMM epilogues, specialized by a `Problem` struct of
+// compile-time constants that moegen renders from the model spec:
+//   route (scores, selection, weights, per-expert counts) -> schedule (offsets, GEMM work tiles)
+//   -> scatter (permutation) -> GEMM1 + SwiGLU epilogue -> GEMM2 + routing-weight epilogue
+//   -> finalize (sum of each token's top-k rows back into token order).
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <math.h>
+
+#include "moegen/sm90_mxfp4_grouped_gemm.cuh"
+
+namespace moegen {
+
+enum RouterKind { kSigmoidGroupTopK = 0, kSoftmaxTopK = 1, kTopKSoftmax = 2 };
+enum GroupScore { kGroupMax = 0, kGroupTop2Sum = 1 };
+enum ActivationKind { kSwiGLU = 0, kSwiGLUOai = 1 };
+
+constexpr int kWarpSize = 32;
+
+__device__ __forceinline__ float load_logit(const float* p) { return *p; }
+__device__ __forceinline__ float load_logit(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+// Warp-wide argmax of (value, index); ties go to the lower index so selection is deterministic.
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    int oi = __shfl_xor_sync(0xffffffffu, i, off);
+    if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+  }
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of argmax.
+template <class P, class LogitT>
+__global__ void __launch_bounds__(128) route_kernel(const LogitT* __restrict__ logits, const float* __restrict__ score_bias,
+                                                    int num_tokens, int32_t* __restrict__ topk_ids,
+                                                    float* __restrict__ topk_weights, int32_t* __restrict__ counts,
+                                                    int32_t* __restrict__ slot_in_expert) {
+  constexpr int E = P::kExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize, K = P::kTopK;
+  constexpr float kNegInf = -INFINITY;
+  __shared__ float group_sel[4][E];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int t = blockIdx.x * 4 + warp;
+  if (t >= num_tokens) return;
+
+  float sel[PER_LANE], weight_src[PER_LANE];  // selection key, and the value the weight is made from
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    int e = lane + i * kWarpSize;
+    float l = e < E ? load_logit(logits + size_t(t) * E + e) : kNegInf;
+    sel[i] = l;
+    weight_src[i] = l;
+    if constexpr (P::kRouter == kSigmoidGroupTopK) {
+      if (e < E) {
+        float s = 1.0f / (1.0f + expf(-l));
+        weight_src[i] = s;
+        sel[i] = s + (score_bias ? score_bias[e] : 0.0f);
+      }
+    }
+  }
+  if constexpr (P::kRouter == kSoftmaxTopK) {  // probabilities over all experts
+    float m = kNegInf;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) m = fmaxf(m, sel[i]);
+    m = warp_max(m);
+    float z = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      weight_src[i] = (lane + i * kWarpSize < E) ? expf(sel[i] - m) : 0.f;
+      z += weight_src[i];
+    }
+    z = warp_sum(z);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) { weight_src[i] /= z; sel[i] = weight_src[i]; }
+  }
+  if constexpr (P::kRouter == kSigmoidGroupTopK && P::kGroups > 1) {
+    constexpr int GS = E / P::kGroups;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i)
+      if (lane + i * kWarpSize < E) group_sel[warp][lane + i * kWarpSize] = sel[i];
+    __syncwarp();
+    float gscore = kNegInf;
+    if (lane < P::kGroups) {
+      float best = kNegInf, second = kNegInf;
+      for (int j = 0; j < GS; ++j) {
+        float v = group_sel[warp][lane * GS + j];
+        if (v > best) { second = best; best = v; } else if (v > second) { second = v; }
+      }
+      gscore = P::kGroupScore == kGroupMax ? best : best + second;
+    }
+    uint32_t kept = 0;
+    for (int r = 0; r < P::kTopKGroups; ++r) {
+      float v = (kept >> lane) & 1u ? kNegInf : gscore;
+      int idx = lane < P::kGroups ? lane : 1 << 30;
+      if (lane >= P::kGroups) v = kNegInf;
+      warp_argmax(v, idx);
+      kept |= 1u << idx;
+    }
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      int e = lane + i * kWarpSize;
+      if (e < E && !((kept >> (e / GS)) & 1u)) sel[i] = kNegInf;
+    }
+  }
+
+  // top-k: each round takes the best remaining expert of the warp.
+  int my_id = -1;
+  float my_w = 0.f;
+  float wsum = 0.f;
+  for (int k = 0; k < K; ++k) {
+    float v = kNegInf;
+    int idx = 1 << 30;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {  // -inf marks experts masked out or already taken
+      if (sel[i] > v) { v = sel[i]; idx = lane + i * kWarpSize; }
+    }
+    warp_argmax(v, idx);
+    // the owner lane reads the weight source and retires the expert
+    float w = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      if (lane + i * kWarpSize == idx) { w = weight_src[i]; sel[i] = -INFINITY; }
+    }
+    w = __shfl_sync(0xffffffffu, w, idx % kWarpSize);
+    if (lane == k) { my_id = idx; my_w = w; }
+    wsum += (P::kRouter == kTopKSoftmax) ? 0.f : w;
+  }
+  if constexpr (P::kRouter == kTopKSoftmax) {  // softmax over the chosen logits
+    float m = __shfl_sync(0xffffffffu, my_w, 0);  // round 0 holds the largest logit
+    float ex = lane < K ? expf(my_w - m) : 0.f;
+    float z = warp_sum(ex);
+    my_w = ex / z;
+  } else if (P::kRenormalize) {
+    my_w = my_w / wsum;
+  }
+  my_w *= P::kScaling;
+  if (lane < K) {
+    topk_ids[size_t(t) * K + lane] = my_id;
+    topk_weights[size_t(t) * K + lane] = my_w;
+    int local = my_id - P::kExpertBegin;
+    slot_in_expert[size_t(t) * K + lane] =
+        (local >= 0 && local < P::kLocalExperts) ? atomicAdd(&counts[local], 1) : -1;
+  }
+}
+
+// Single warp: exclusive scan of the per-expert counts, then the work tiles of both GEMMs.
+template <class P>
+__global__ void __launch_bounds__(32) schedule_kernel(const int32_t* __restrict__ counts, int32_t* __restrict__ offsets,
+                                                      int bn1, int32_t* work1_expert, int32_t* work1_row0, int32_t* num_work1,
+                                                      int bn2, int32_t* work2_expert, int32_t* work2_row0, int32_t* num_work2) {
+  constexpr int E = P::kLocalExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize;
+  const int lane = threadIdx.x;
+  const int first = lane * PER_LANE;  // each lane owns a run of consecutive experts
+  int c[PER_LANE], rows = 0, tiles1 = 0, tiles2 = 0;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    c[i] = first + i < E ? counts[first + i] : 0;
+    rows += c[i];
+    tiles1 += (c[i] + bn1 - 1) / bn1;
+    tiles2 += (c[i] + bn2 - 1) / bn2;
+  }
+  int incl_rows = rows, incl_t1 = tiles1, incl_t2 = tiles2;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    int a = __shfl_up_sync(0xffffffffu, incl_rows, off);
+    int b = __shfl_up_sync(0xffffffffu, incl_t1, off);
+    int d = __shfl_up_sync(0xffffffffu, incl_t2, off);
+    if (lane >= off) { incl_rows += a; incl_t1 += b; incl_t2 += d; }
+  }
+  int row = incl_rows - rows, t1 = incl_t1 - tiles1, t2 = incl_t2 - tiles2;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    int e = first + i;
+    if (e < E) {
+      offsets[e] = row;
+      for (int r = 0; r < c[i]; r += bn1, ++t1) { work1_expert[t1] = e; work1_row0[t1] = row + r; }
+      for (int r = 0; r < c[i]; r += bn2, ++t2) { work2_expert[t2] = e; work2_row0[t2] = row + r; }
+      row += c[i];
+    }
+  }
+  if (lane == 31) {
+    offsets[E] = incl_rows;
+    *num_work1 = incl_t1;
+    *num_work2 = incl_t2;
+  }
+}
+
+// Each (token, slot) routed to a local expert gets its row in expert order.
+template <class P>
+__global__ void scatter_kernel(int total, const int32_t* __restrict__ topk_ids, const float* __restrict__ topk_weights,
+                               const int32_t* __restrict__ slot_in_expert, const int32_t* __restrict__ offsets,
+                               int32_t* __restrict__ row_token, float* __restrict__ row_weight,
+                               int32_t* __restrict__ token_row) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  int slot = slot_in_expert[i];
+  int row = -1;
+  if (slot >= 0) {
+    row = offsets[topk_ids[i] - P::kExpertBegin] + slot;
+    row_token[row] = i / P::kTopK;
+    row_weight[row] = topk_weights[i];
+  }
+  token_row[i] = row;
+}
+
+// out[t, :] = sum over the token's local slots of the weighted GEMM2 rows (zero if none).
+template <class P>
+__global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
+                                const __nv_bfloat16* __restrict__ y, __nv_bfloat16* __restrict__ out) {
+  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;  // H is a multiple of 32
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= num_tokens * PER_ROW) return;
+  int t = idx / PER_ROW, c = (idx % PER_ROW) * VEC;
+  float acc[VEC] = {};
+#pragma unroll
+  for (int k = 0; k < P::kTopK; ++k) {
+    int row = token_row[t * P::kTopK + k];
+    if (row >= 0) {
+      uint4 v = *reinterpret_cast<const uint4*>(y + size_t(row) * H + c);
+      const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] += __bfloat162float(b[j]);
+    }
+  }
+  uint4 o;
+  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(acc[j]);
+  *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
+}
+
+template <class P>
+__device__ __forceinline__ float activation(float gate, float up) {
+  if constexpr (P::kHasLimit) {
+    gate = fminf(gate, P::kLimit);
+    up = fminf(fmaxf(up, -P::kLimit), P::kLimit);
+  }
+  if constexpr (P::kActivation == kSwiGLUOai) {
+    return gate / (1.0f + expf(-P::kAlpha * gate)) * (up + 1.0f);
+  } else {
+    return gate / (1.0f + expf(-gate)) * up;
+  }
+}
+
+// GEMM1 epilogue: prepare interleaves W1|W3 in blocks of 8 rows (gate rows r..r+7, then the
+// matching up rows), so accumulator rows g and g+8 of a thread are gate and up of one column.
+template <class P>
+struct SwigluEpilogue {
+  template <class Accum, class Coords>
+  __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
+                               int row_base, int row0, int row_end) {
+    constexpr int I = P::kInter;
+    const float escale = p.expert_scale[expert];
+    const float* bias = P::kBias13 ? p.bias + size_t(expert) * 2 * I : nullptr;
+    CUTE_UNROLL
+    for (int e = 0; e < cute::size(acc); e += 4) {
+      CUTE_UNROLL
+      for (int v = 0; v < 2; ++v) {  // elements e+v (row g) and e+v+2 (row g+8)
+        auto mn = coords(e + v);
+        int r = row_base + cute::get<0>(mn);
+        int j = (r / 16) * 8 + r % 16;
+        int row = row0 + cute::get<1>(mn);
+        if (j < I && row < row_end) {
+          float gate = acc(e + v) * escale, up = acc(e + v + 2) * escale;
+          if constexpr (P::kBias13) { gate += bias[j]; up += bias[I + j]; }
+          p.out[size_t(row) * I + j] = __float2bfloat16(activation<P>(gate, up));
+        }
+      }
+    }
+  }
+};
+
+// GEMM2 epilogue: bias, then the routing weight of the row; finalize sums the rows per token.
+template <class P>
+struct WeightedEpilogue {
+  template <class Accum, class Coords>
+  __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
+                               int row_base, int row0, int row_end) {
+    constexpr int H = P::kHidden;
+    const float escale = p.expert_scale[expert];
+    CUTE_UNROLL
+    for (int e = 0; e < cute::size(acc); ++e) {
+      auto mn = coords(e);
+      int n = row_base + cute::get<0>(mn);
+      int row = row0 + cute::get<1>(mn);
+      if (n < H && row < row_end) {
+        float v = acc(e) * escale;
+        if constexpr (P::kBias2) v += p.bias[size_t(expert) * H + n];
+        p.out[size_t(row) * H + n] = __float2bfloat16(v * p.row_weight[row]);
+      }
+    }
+  }
+};
+
+}  // namespace moegen

@@ -1,0 +1,38 @@
+// e2m1 -> bf16 conversion in registers, with the e8m0 block scale folded into one bf16 multiply.
+//
+// Hopper has no FP4 datapath, so the mainloop widens 8 nibbles (one 32-bit word, laid out by
+// moegen.prepare) into the 4 bf16x2 registers of a wgmma A fragment:
+//  * bit moves put the nibble's sign at bf16 bit 15 and its exponent+mantissa (3 bits) at bits
+//    8..6, which reads as  value * 2^-126  (e2m1 bias 1 vs bf16 bias 127; 0.5 lands on a bf16
+//    subnormal, which half-precision arithmetic keeps);
+//  * one bf16x2 multiply by 2^(s-1) restores the bias and applies the block scale 2^(s-127).
+//    prepare stores s in [0, 128] (the e8m0 exponent minus a per-expert shift that the epilogue
+//    multiplies back in fp32), so 2^(s-1) is always a normal bf16 and the product is exact.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace moegen {
+
+// bf16x2 with both halves 2^(s-1); s = stored scale byte in [0, 128].
+__device__ __forceinline__ uint32_t scale_multiplier_bf16x2(uint32_t s) {
+  uint32_t bits = (s + 126u) << 7;  // bf16 exponent field of 2^(s-1)
+  return bits | (bits << 16);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+// Word nibble order (see moegen/prepare.py): out[j] takes nibbles (3-j) low and (7-j) high.
+// out[0], out[2] belong to fragment row g and are scaled by mul_g; out[1], out[3] to row g+8.
+__device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t q, uint32_t mul_g, uint32_t mul_g8, uint32_t (&out)[4]) {
+  constexpr uint32_t kSign = 0x80008000u, kExpMan = 0x01C001C0u;
+  out[0] = bf16x2_mul((q & kSign) | ((q >> 6) & kExpMan), mul_g);
+  out[1] = bf16x2_mul(((q << 4) & kSign) | ((q >> 2) & kExpMan), mul_g8);
+  out[2] = bf16x2_mul(((q << 8) & kSign) | ((q << 2) & kExpMan), mul_g);
+  out[3] = bf16x2_mul(((q << 12) & kSign) | ((q << 6) & kExpMan), mul_g8);
+}
+
+}  // namespace moegen

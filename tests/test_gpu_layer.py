@@ -1,0 +1,146 @@
+"""The fused layer on an SM90 GPU against the float64 reference (marker `gpu`; skipped without one).
+
+Builds (or reuses, by fingerprint) generated/<variant>/sm90 for each variant, draws fresh random
+inputs per case, poisons outputs and workspace, and checks relative L2 error <= 1e-2, no NaN, and
+the router's choice against the reference router wherever the choice is not a near tie.
+"""
+import os
+import random
+
+import pytest
+import torch
+
+from moegen import reference
+from moegen.spec import load_model
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
+
+from moegen.build import build  # noqa: E402
+from moegen.cli import DEFAULT_OUT  # noqa: E402
+from moegen.config_space import default_configs  # noqa: E402
+from moegen.runtime import load  # noqa: E402
+from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
+
+TOKENS = (0, 1, 2, 3, 7, 16, 64, 255, 1024, 4096)
+VARIANTS = {
+    "deepseek-v4-flash": dict(),
+    "deepseek-v3": dict(),
+    "gpt-oss-120b": dict(),
+    "gpt-oss-20b": dict(),
+    "qwen3-30b-a3b": dict(),
+    "gpt-oss-20b-tp2": dict(model="gpt-oss-20b", tp_size=2),  # I_local 1440: K not a multiple of 64
+    "qwen3-30b-a3b-ep1of4": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
+}
+TOLERANCE = 1e-2
+MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
+_SEED = int(os.environ.get("MOEGEN_TEST_SEED", random.randrange(1 << 30)))
+
+
+def _spec(variant):
+    v = dict(VARIANTS[variant])
+    spec = load_model(v.pop("model", variant))
+    return spec.with_parallel(**v) if v else spec
+
+
+_layers, _weights = {}, {}
+
+
+def _layer(variant):
+    if variant not in _layers:
+        spec = _spec(variant)
+        build(spec, "sm90", default_configs(spec, "sm90"), DEFAULT_OUT, log=lambda m: None)
+        _layers[variant] = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+        _weights.clear()  # one model's weights on the GPU at a time
+        _weights[variant] = random_weights(spec, "cuda", _SEED)
+    return _layers[variant], _weights[variant]
+
+
+def check(variant, T, skew=False, kernels=None, seed_offset=0):
+    layer, w = _layer(variant)
+    spec = layer.spec
+    x = random_inputs(spec, T, "cuda", _SEED + 1000 * T + seed_offset + 7 * skew, skew=skew)
+    res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
+    torch.cuda.synchronize()
+    assert res.out.shape == (T, spec.hidden_size) and res.out.dtype == torch.bfloat16
+    if T == 0:
+        return 0.0
+    assert not torch.isnan(res.out).any(), "output has NaN (unwritten or non-finite elements)"
+    ref_route = reference.route(spec, x.logits, x.score_bias)
+    decided = ref_route.margin > MARGIN
+    mine = torch.sort(res.topk_ids.long(), dim=1).values
+    theirs = torch.sort(ref_route.ids, dim=1).values
+    assert torch.equal(mine[decided], theirs[decided]), "expert choice differs from the reference router"
+    torch.testing.assert_close(res.topk_weights.double(),
+                               reference.route_weights(spec, x.logits, x.score_bias, res.topk_ids.long()),
+                               rtol=1e-4, atol=1e-5)
+    err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids))
+    print(f"{variant} T={T} skew={skew} kernels={kernels}: rel L2 {err:.2e}")
+    assert err <= TOLERANCE, f"{variant} T={T}: relative L2 error {err:.3e} > {TOLERANCE}"
+    return err
+
+
+@pytest.mark.parametrize("T", TOKENS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_layer_matches_reference(variant, T):
+    check(variant, T)
+
+
+@pytest.mark.parametrize("T", (1, 1024))
+@pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-120b", "qwen3-30b-a3b-ep1of4"])
+def test_skewed_routing(variant, T):
+    check(variant, T, skew=True)
+
+
+@pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-20b-tp2"])
+def test_every_kernel_is_correct(variant):
+    """Each built kernel, not just the one the heuristic picks, at a decode and a prefill size."""
+    layer, _ = _layer(variant)
+    g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
+    g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
+    for a, b in zip(g1, reversed(g2)):
+        for T in (5, 300):
+            check(variant, T, kernels=(a, b), seed_offset=a)
+
+
+def test_cuda_graph_replay():
+    layer, w = _layer("deepseek-v4-flash")
+    spec = layer.spec
+    x = random_inputs(spec, 64, "cuda", _SEED + 5)
+    static = [x.hidden.clone(), x.logits.clone(), x.score_bias.clone()]
+    layer(*static[:2], w.prepared, static[2])  # warm-up outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = layer(*static[:2], w.prepared, static[2])
+    for seed in (11, 12):
+        y = random_inputs(spec, 64, "cuda", _SEED + seed)
+        static[0].copy_(y.hidden)
+        static[1].copy_(y.logits)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = layer(y.hidden, y.logits, w.prepared, y.score_bias)
+        assert torch.equal(res.out, eager.out), "graph replay differs from eager"
+
+
+def test_input_checks():
+    layer, w = _layer("deepseek-v4-flash")
+    spec = layer.spec
+    x = random_inputs(spec, 4, "cuda", _SEED)
+    with pytest.raises(ValueError, match="hidden_states: dtype torch.float32, expected torch.bfloat16"):
+        layer(x.hidden.float(), x.logits, w.prepared, x.score_bias)
+    with pytest.raises(ValueError, match=r"router_logits: shape \(4, 255\), expected \(4, 256\)"):
+        layer(x.hidden, x.logits[:, :255].contiguous(), w.prepared, x.score_bias)
+    with pytest.raises(ValueError, match="router_logits: not contiguous"):
+        layer(x.hidden, x.logits.t().contiguous().t(), w.prepared, x.score_bias)
+    with pytest.raises(ValueError, match="score_bias: required"):
+        layer(x.hidden, x.logits, w.prepared, None)
+    with pytest.raises(ValueError, match="hidden_states: on cpu"):
+        layer(x.hidden.cpu(), x.logits, w.prepared, x.score_bias)
+    with pytest.raises(ValueError, match="not 16-byte aligned"):
+        buf = torch.empty(4 * spec.hidden_size + 1, dtype=torch.bfloat16, device="cuda")
+        layer(buf[1:].view(4, spec.hidden_size), x.logits, w.prepared, x.score_bias)
+    with pytest.raises(RuntimeError, match="gemm1_kernel = 99"):
+        layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(99, 0))

@@ -1,0 +1,21 @@
+"""One small and one large layer call, for `compute-sanitizer --tool memcheck` (tools/gpu_check.sh)."""
+import sys
+
+import torch
+
+from moegen.cli import DEFAULT_OUT
+from moegen.runtime import load
+from moegen.spec import load_model
+from moegen.testing import random_inputs, random_weights
+
+model = sys.argv[1] if len(sys.argv) > 1 else "deepseek-v4-flash"
+spec = load_model(model)
+layer = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+w = random_weights(spec, "cuda", 1)
+for T in (3, 1024):
+    x = random_inputs(spec, T, "cuda", T)
+    for k1 in [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]:
+        for k2 in [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]:
+            layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))
+torch.cuda.synchronize()
+print("sanitizer run done")

@@ -53,8 +53,9 @@ def _layer(variant):
         spec = _spec(variant)
         build(spec, "sm90", default_configs(spec, "sm90"), DEFAULT_OUT, log=lambda m: None)
         _layers[variant] = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+    if variant not in _weights:
         _weights.clear()  # one model's weights on the GPU at a time
-        _weights[variant] = random_weights(spec, "cuda", _SEED)
+        _weights[variant] = random_weights(_layers[variant].spec, "cuda", _SEED)
     return _layers[variant], _weights[variant]
 
 

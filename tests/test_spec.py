@@ -1,0 +1,397 @@
+"""Spec loading and validation: shipped specs load, specs are frozen, and every bad file gives a
+SpecError naming the file, the (dotted) field, the bad value and what was expected."""
+import copy
+import dataclasses
+
+import pytest
+import yaml
+
+from moegen.spec import (CONFIG_DIR, GpuSpec, ModelSpec, SpecError, gpu_from_dict, known_gpus, known_models,
+                         load_gpu, load_model, model_from_dict)
+
+TINY = {
+    "name": "tiny",
+    "num_experts": 8,
+    "hidden_size": 256,
+    "intermediate_size": 128,
+    "router": {"kind": "softmax_topk", "top_k": 2},
+    "activation": {"kind": "swiglu"},
+}
+
+GROUPED = {
+    "name": "grouped",
+    "num_experts": 16,
+    "hidden_size": 256,
+    "intermediate_size": 128,
+    "router": {"kind": "sigmoid_group_topk", "top_k": 4, "n_group": 4, "topk_group": 2, "score_bias": True},
+    "activation": {"kind": "swiglu", "limit": 10.0},
+}
+
+H100 = {
+    "name": "fake-h100",
+    "arch": "sm90",
+    "compute_capability": [9, 0],
+    "sm_count": 132,
+    "smem_per_block_kib": 227,
+    "hbm_bandwidth_tbs": 3.35,
+    "bf16_dense_tflops": 989,
+}
+
+
+def write(tmp_path, data, name="model.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def assert_spec_error(excinfo, path, field, value_repr, expected):
+    msg = str(excinfo.value)
+    assert str(path) in msg, msg
+    assert f"field '{field}'" in msg, msg
+    assert f"= {value_repr}:" in msg, msg
+    assert expected in msg, msg
+
+
+# --- shipped specs ----------------------------------------------------------------------------------------
+
+def test_shipped_specs_are_found():
+    assert set(known_models()) >= {"deepseek-v3", "deepseek-v4-flash", "gpt-oss-120b", "gpt-oss-20b",
+                                   "qwen3-30b-a3b"}
+    assert set(known_gpus()) >= {"h100", "h200", "h20", "b200"}
+
+
+@pytest.mark.parametrize("name", known_models())
+def test_every_shipped_model_loads(name):
+    s = load_model(name)
+    assert isinstance(s, ModelSpec)
+    assert s.name == name
+    assert s.source == str(CONFIG_DIR / "models" / f"{name}.yaml")
+    assert s.variant == name  # shipped specs are unsplit
+    assert s.local_experts == s.num_experts and s.expert_begin == 0
+    assert s.local_intermediate == s.intermediate_size
+    # The same file loaded by path gives the same spec.
+    assert load_model(CONFIG_DIR / "models" / f"{name}.yaml") == s
+
+
+@pytest.mark.parametrize("name", known_gpus())
+def test_every_shipped_gpu_loads(name):
+    g = load_gpu(name)
+    assert isinstance(g, GpuSpec)
+    assert g.name == name
+    assert g.compute_capability == {"sm90": (9, 0), "sm100": (10, 0)}[g.arch]
+
+
+def test_shipped_values():
+    d = load_model("deepseek-v4-flash")
+    assert (d.num_experts, d.hidden_size, d.intermediate_size, d.top_k) == (256, 4096, 2048, 6)
+    assert (d.router.kind, d.router.n_group, d.router.topk_group, d.router.score_bias) == \
+        ("sigmoid_group_topk", 8, 4, True)
+    assert d.activation.limit == 10.0
+    g = load_model("gpt-oss-120b")
+    assert g.activation.kind == "swiglu_oai" and g.activation.alpha == 1.702 and g.activation.limit == 7.0
+    assert g.gemm1_bias and g.gemm2_bias
+    q = load_model("qwen3-30b-a3b")
+    assert q.activation.limit is None and not q.gemm1_bias
+    assert load_gpu("b200").arch == "sm100"
+
+
+def test_specs_are_frozen():
+    s = load_model("deepseek-v3")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.hidden_size = 1024
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.router.top_k = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.activation.limit = 3.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.parallel.tp_size = 2
+    g = load_gpu("h100")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.sm_count = 1
+    assert s.hidden_size == 7168 and s.router.top_k == 8 and g.sm_count == 132
+
+
+def test_to_dict_drops_source():
+    s = load_model("gpt-oss-20b").with_parallel(tp_size=2)
+    d = s.to_dict()
+    assert "source" not in d
+    assert d["parallel"] == {"tp_size": 2, "ep_size": 1, "ep_rank": 0}
+    assert d["router"]["top_k"] == 4
+
+
+# --- bad model files -----------------------------------------------------------------------------------
+
+def _set(d, dotted, value):
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value
+
+
+def _del(d, dotted):
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        d = d[k]
+    del d[keys[-1]]
+
+
+# (id, base, {dotted field: value} to set (None value + "del:" prefix deletes), field, value repr, expected)
+BAD_MODELS = [
+    ("missing-hidden", TINY, {"del:hidden_size": None}, "hidden_size", "None", "field is required"),
+    ("missing-router", TINY, {"del:router": None}, "router", "None", "field is required"),
+    ("missing-top-k", TINY, {"del:router.top_k": None}, "router.top_k", "None", "field is required"),
+    ("missing-activation-kind", TINY, {"del:activation.kind": None}, "activation.kind", "None",
+     "field is required"),
+    ("hidden-is-string", TINY, {"hidden_size": "4096"}, "hidden_size", "'4096'", "an integer"),
+    ("experts-is-bool", TINY, {"num_experts": True}, "num_experts", "True", "an integer"),
+    ("top-k-is-float", TINY, {"router.top_k": 2.5}, "router.top_k", "2.5", "an integer"),
+    ("top-k-zero", TINY, {"router.top_k": 0}, "router.top_k", "0", "an integer >= 1"),
+    ("renormalize-is-string", TINY, {"router.renormalize": "yes"}, "router.renormalize", "'yes'",
+     "true or false"),
+    ("scaling-not-positive", TINY, {"router.routed_scaling_factor": 0}, "router.routed_scaling_factor", "0",
+     "a number > 0"),
+    ("limit-is-string", TINY, {"activation.limit": "7"}, "activation.limit", "'7'", "a number or null"),
+    ("router-kind-unknown", TINY, {"router.kind": "softmax"}, "router.kind", "'softmax'",
+     "one of 'sigmoid_group_topk', 'softmax_topk', 'topk_softmax'"),
+    ("router-not-mapping", TINY, {"router": [1, 2]}, "router", "[1, 2]", "a mapping"),
+    ("name-empty", TINY, {"name": ""}, "name", "''", "a non-empty string"),
+    ("unknown-top-level-field", TINY, {"hiden_size": 256}, "hiden_size", "256", "no such field"),
+    ("unknown-router-field", TINY, {"router.topk": 2}, "router.topk", "2", "no such field"),
+    ("unknown-bias-field", TINY, {"bias.gemm3": True}, "bias.gemm3", "True", "no such field"),
+    ("top-k-over-experts", TINY, {"router.top_k": 9}, "router.top_k", "9", "at most min(num_experts, 32) = 8"),
+    ("top-k-over-32", dict(TINY, num_experts=64), {"router.top_k": 33}, "router.top_k", "33",
+     "at most min(num_experts, 32) = 32"),
+    ("too-many-experts", TINY, {"num_experts": 2048}, "num_experts", "2048", "at most 1024"),
+    ("n-group-not-dividing", GROUPED, {"router.n_group": 3}, "router.n_group", "3",
+     "a divisor of num_experts (16)"),
+    ("topk-group-over-n-group", GROUPED, {"router.topk_group": 5}, "router.topk_group", "5",
+     "between 1 and n_group (4)"),
+    ("groups-cannot-hold-top-k", GROUPED, {"router.topk_group": 1, "router.top_k": 5}, "router.topk_group", "1",
+     "enough groups to hold top_k=5"),
+    ("top2-sum-with-singleton-groups", GROUPED, {"router.n_group": 16, "router.topk_group": 4,
+                                                 "router.group_score": "top2_sum"},
+     "router.group_score", "'top2_sum'", "'max' when groups have one expert"),
+    ("hidden-not-multiple-of-32", TINY, {"hidden_size": 100}, "hidden_size", "100", "a multiple of 32"),
+    ("intermediate-not-multiple-of-32", TINY, {"intermediate_size": 144}, "intermediate_size", "144",
+     "a multiple of 32"),
+    ("tp-not-dividing", TINY, {"parallel.tp_size": 3}, "parallel.tp_size", "3",
+     "a divisor of intermediate_size (128)"),
+    # gpt-oss: 2880 / 4 = 720 = 22.5 scale groups of 32.
+    ("tp-leaves-partial-group", dict(TINY, hidden_size=2880, intermediate_size=2880), {"parallel.tp_size": 4},
+     "parallel.tp_size", "4", "multiple of 32 intermediate columns per rank (2880/4 = 720)"),
+    ("ep-not-dividing", TINY, {"parallel.ep_size": 3}, "parallel.ep_size", "3", "a divisor of num_experts (8)"),
+    ("ep-rank-too-large", TINY, {"parallel.ep_size": 2, "parallel.ep_rank": 2}, "parallel.ep_rank", "2",
+     "less than ep_size (2)"),
+    ("ep-rank-negative", TINY, {"parallel.ep_rank": -1}, "parallel.ep_rank", "-1", "an integer >= 0"),
+    ("score-bias-with-softmax", TINY, {"router.score_bias": True}, "router.score_bias", "True",
+     "score bias needs kind sigmoid_group_topk"),
+    ("groups-with-softmax", TINY, {"router.n_group": 2}, "router.n_group", "2",
+     "grouping needs kind sigmoid_group_topk"),
+    ("alpha-with-plain-swiglu", TINY, {"activation.alpha": 1.702}, "activation.alpha", "1.702",
+     "1.0 (alpha only applies to swiglu_oai)"),
+]
+
+
+@pytest.mark.parametrize("base, changes, field, value_repr, expected",
+                         [b[1:] for b in BAD_MODELS], ids=[b[0] for b in BAD_MODELS])
+def test_bad_model_file(tmp_path, base, changes, field, value_repr, expected):
+    data = copy.deepcopy(base)
+    for key, value in changes.items():
+        if key.startswith("del:"):
+            _del(data, key[4:])
+        else:
+            _set(data, key, value)
+    path = write(tmp_path, data)
+    with pytest.raises(SpecError) as excinfo:
+        load_model(path)
+    assert_spec_error(excinfo, path, field, value_repr, expected)
+
+
+@pytest.mark.parametrize("base", [TINY, GROUPED, dict(TINY, hidden_size=2880, intermediate_size=2880,
+                                                      parallel={"tp_size": 2})])
+def test_bases_of_bad_files_are_valid(tmp_path, base):
+    # Each bad file above is one change away from a valid one: the error comes from that change.
+    s = load_model(write(tmp_path, base))
+    assert s.name == base["name"]
+
+
+def test_unknown_field_lists_known_fields(tmp_path):
+    path = write(tmp_path, dict(TINY, extra=1))
+    with pytest.raises(SpecError, match=r"known: .*hidden_size.*num_experts"):
+        load_model(path)
+
+
+def test_invalid_yaml_syntax(tmp_path):
+    path = write(tmp_path, "name: tiny\nrouter: {kind: softmax_topk, top_k: 2\nactivation: [\n")
+    with pytest.raises(SpecError) as excinfo:
+        load_model(path)
+    msg = str(excinfo.value)
+    assert msg.startswith(f"{path}: not valid YAML")
+
+
+@pytest.mark.parametrize("text, value_repr", [("- a\n- b\n", "['a', 'b']"), ("42\n", "42"), ("", "None")])
+def test_non_mapping_top_level(tmp_path, text, value_repr):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as excinfo:
+        load_model(path)
+    assert_spec_error(excinfo, path, "<top level>", value_repr, "a mapping")
+
+
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(SpecError, match="cannot read"):
+        load_model(path)
+
+
+def test_unknown_model_name_lists_known_ones():
+    with pytest.raises(SpecError) as excinfo:
+        load_model("nope")
+    msg = str(excinfo.value)
+    assert "'nope'" in msg
+    for name in known_models():
+        assert name in msg
+
+
+def test_unknown_gpu_name_lists_known_ones():
+    with pytest.raises(SpecError) as excinfo:
+        load_gpu("a100")
+    msg = str(excinfo.value)
+    assert "'a100'" in msg
+    for name in known_gpus():
+        assert name in msg
+
+
+def test_name_must_match_file_name_in_config_dir(tmp_path):
+    (tmp_path / "models").mkdir()
+    path = write(tmp_path / "models", dict(TINY, name="other"), name="tiny.yaml")
+    assert known_models(tmp_path) == ["tiny"]
+    with pytest.raises(SpecError) as excinfo:
+        load_model("tiny", config_dir=tmp_path)
+    assert_spec_error(excinfo, path, "name", "'other'", "'tiny' (the file's name)")
+    # Outside a config dir any name goes.
+    assert load_model(path).name == "other"
+
+
+def test_model_from_dict_defaults():
+    s = model_from_dict(TINY)
+    assert s.source == "<inline>"
+    assert s.router.renormalize is True and s.router.n_group == 1 and s.router.routed_scaling_factor == 1.0
+    assert s.activation.limit is None and s.activation.alpha == 1.0
+    assert not s.gemm1_bias and not s.gemm2_bias
+    assert s.parallel.tp_size == 1 and s.parallel.ep_size == 1 and s.parallel.ep_rank == 0
+
+
+def test_model_from_dict_does_not_mutate_input():
+    data = copy.deepcopy(GROUPED)
+    model_from_dict(data)
+    assert data == GROUPED
+
+
+# --- bad gpu files ---------------------------------------------------------------------------------------
+
+BAD_GPUS = [
+    ("cc-mismatch-sm90", {"compute_capability": [10, 0]}, "compute_capability", "[10, 0]", "[9, 0] for arch sm90"),
+    ("cc-mismatch-sm100", {"arch": "sm100"}, "compute_capability", "[9, 0]", "[10, 0] for arch sm100"),
+    ("cc-not-pair", {"compute_capability": [9]}, "compute_capability", "[9]", "a list [major, minor]"),
+    ("cc-string", {"compute_capability": "9.0"}, "compute_capability", "'9.0'", "a list [major, minor]"),
+    ("arch-unknown", {"arch": "sm80"}, "arch", "'sm80'", "one of 'sm90', 'sm100'"),
+    ("sm-count-zero", {"sm_count": 0}, "sm_count", "0", "an integer >= 1"),
+    ("bandwidth-negative", {"hbm_bandwidth_tbs": -1}, "hbm_bandwidth_tbs", "-1", "a number > 0"),
+    ("unknown-field", {"l2_mib": 50}, "l2_mib", "50", "no such field"),
+]
+
+
+@pytest.mark.parametrize("changes, field, value_repr, expected", [b[1:] for b in BAD_GPUS],
+                         ids=[b[0] for b in BAD_GPUS])
+def test_bad_gpu_file(tmp_path, changes, field, value_repr, expected):
+    path = write(tmp_path, dict(H100, **changes), name="gpu.yaml")
+    with pytest.raises(SpecError) as excinfo:
+        load_gpu(path)
+    assert_spec_error(excinfo, path, field, value_repr, expected)
+
+
+def test_missing_gpu_field(tmp_path):
+    data = dict(H100)
+    del data["sm_count"]
+    path = write(tmp_path, data, name="gpu.yaml")
+    with pytest.raises(SpecError) as excinfo:
+        load_gpu(path)
+    assert_spec_error(excinfo, path, "sm_count", "None", "field is required")
+
+
+def test_good_gpu_file(tmp_path):
+    g = load_gpu(write(tmp_path, H100, name="gpu.yaml"))
+    assert g.compute_capability == (9, 0) and g.bf16_dense_tflops == 989.0
+    assert gpu_from_dict(dict(H100, arch="sm100", compute_capability=[10, 0])).arch == "sm100"
+
+
+# --- parallel splits -------------------------------------------------------------------------------------
+
+def test_with_parallel_tp():
+    base = load_model("gpt-oss-20b")
+    s = base.with_parallel(tp_size=2)
+    assert s.variant == "gpt-oss-20b-tp2"
+    assert s.local_intermediate == 1440 and s.intermediate_size == 2880
+    assert s.local_experts == 32 and s.expert_begin == 0
+    assert s.parallel.tp_size == 2 and s.parallel.ep_size == 1
+    # The original is untouched; everything but parallel carries over.
+    assert base.parallel.tp_size == 1 and base.variant == "gpt-oss-20b"
+    assert dataclasses.replace(s, parallel=base.parallel) == base
+
+
+def test_with_parallel_ep():
+    s = load_model("qwen3-30b-a3b").with_parallel(ep_size=4, ep_rank=1)
+    assert s.variant == "qwen3-30b-a3b-ep1of4"
+    assert s.local_experts == 32 and s.expert_begin == 32
+    assert s.local_intermediate == 768
+    last = s.with_parallel(ep_rank=3)  # keeps ep_size=4
+    assert last.variant == "qwen3-30b-a3b-ep3of4" and last.expert_begin == 96
+
+
+def test_with_parallel_tp_and_ep():
+    s = load_model("deepseek-v3").with_parallel(tp_size=4, ep_size=8, ep_rank=7)
+    assert s.variant == "deepseek-v3-tp4-ep7of8"
+    assert s.local_intermediate == 512 and s.local_experts == 32 and s.expert_begin == 224
+    assert s.with_parallel(tp_size=1, ep_size=1, ep_rank=0).variant == "deepseek-v3"
+
+
+@pytest.mark.parametrize("model, kwargs, field, value_repr, expected", [
+    ("gpt-oss-20b", dict(tp_size=4), "parallel.tp_size", "4", "(2880/4 = 720)"),
+    ("gpt-oss-20b", dict(tp_size=7), "parallel.tp_size", "7", "a divisor of intermediate_size (2880)"),
+    ("deepseek-v4-flash", dict(tp_size=3), "parallel.tp_size", "3", "a divisor of intermediate_size (2048)"),
+    ("qwen3-30b-a3b", dict(ep_size=3), "parallel.ep_size", "3", "a divisor of num_experts (128)"),
+    ("qwen3-30b-a3b", dict(ep_size=4, ep_rank=4), "parallel.ep_rank", "4", "less than ep_size (4)"),
+    ("qwen3-30b-a3b", dict(ep_rank=1), "parallel.ep_rank", "1", "less than ep_size (1)"),
+])
+def test_with_parallel_validates_overrides(model, kwargs, field, value_repr, expected):
+    base = load_model(model)
+    with pytest.raises(SpecError) as excinfo:
+        base.with_parallel(**kwargs)
+    assert_spec_error(excinfo, base.source, field, value_repr, expected)
+    assert "(parallel override)" in str(excinfo.value)
+
+
+def test_gpt_oss_tp_splits_that_keep_whole_scale_groups():
+    s = load_model("gpt-oss-120b")
+    assert [t for t in (1, 2, 3, 4, 5, 6, 8, 9) if _ok(lambda: s.with_parallel(tp_size=t))] == [1, 2, 3, 5, 6, 9]
+
+
+def _ok(fn):
+    try:
+        fn()
+        return True
+    except SpecError:
+        return False
+
+
+# Bugs in moegen/spec.py (reported): with_parallel skips the >= 1 / >= 0 / integer checks model_from_dict does.
+@pytest.mark.xfail(strict=True, reason="moegen bug: with_parallel does not check tp_size >= 1 (ZeroDivisionError)")
+def test_with_parallel_rejects_zero_tp():
+    with pytest.raises(SpecError, match="parallel.tp_size"):
+        load_model("gpt-oss-20b").with_parallel(tp_size=0)
+
+
+@pytest.mark.xfail(strict=True, reason="moegen bug: with_parallel accepts ep_rank=-1 (expert_begin < 0)")
+def test_with_parallel_rejects_negative_ep_rank():
+    with pytest.raises(SpecError, match="parallel.ep_rank"):
+        load_model("qwen3-30b-a3b").with_parallel(ep_rank=-1)

@@ -118,8 +118,8 @@ def test_cuda_graph_replay():
         res = layer(*static[:2], w.prepared, static[2])
     for seed in (11, 12):
         y = random_inputs(spec, 64, "cuda", _SEED + seed)
-        static[0].copy_(y.hidden)
-        static[1].copy_(y.logits)
+        for buf, new in zip(static, (y.hidden, y.logits, y.score_bias)):
+            buf.copy_(new)
         graph.replay()
         torch.cuda.synchronize()
         eager = layer(y.hidden, y.logits, w.prepared, y.score_bias)

@@ -7,6 +7,7 @@ small batches by keeping one set's experts resident.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import time
@@ -127,11 +128,13 @@ def environment() -> dict:
                                 capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         driver = "unknown"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
+    commit = os.environ.get("MOEGEN_COMMIT")  # set by callers whose checkout has no .git (device runs)
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    timeout=10).stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            commit = "unknown"
     return dict(gpu=props.name, sm_count=props.multi_processor_count, driver=driver, cuda=torch.version.cuda,
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=commit)
 

@@ -14,7 +14,7 @@ else
 fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-git rev-parse --short HEAD > "$OUT/commit.txt" 2>/dev/null || true
+echo "${MOEGEN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" > "$OUT/commit.txt"
 status=0
 step() { echo "== $1"; }
 

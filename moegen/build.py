@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -133,7 +134,13 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_dir:
                          "(SM100 kernels are not written yet)")
     if not configs:
         raise BuildError("no kernel configs to build")
-    check_configs(spec, configs)
+    wrong = [c.name for c in configs if c.arch != arch]
+    if wrong:
+        raise BuildError(f"configs: {wrong[0]} is not an {arch} kernel")
+    try:
+        check_configs(spec, configs)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
     for gemm in ("gemm1", "gemm2"):
         if not any(c.gemm == gemm for c in configs):
             raise BuildError(f"configs: no {gemm} kernel; the layer needs at least one of each GEMM")
@@ -147,7 +154,7 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_dir:
     env_key = _sha(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, headers_digest, *flags)
 
     spec_json = json.dumps(spec.to_dict(), sort_keys=True)
-    fingerprint = _sha(env_key, spec_json, arch, *sorted(names))
+    fingerprint = _sha(env_key, spec_json, arch, *names)  # order too: it is the library's kernel table
     kernels = [dict(name=c.name, gemm=c.gemm, block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                     stages=c.stages) for c in configs]
     build_info = dict(abi_version=ABI_VERSION, fingerprint=fingerprint, variant=spec.variant, arch=arch,
@@ -182,6 +189,9 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are ordinary readable files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -241,7 +251,7 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
     start = time.monotonic()
 
     def compile_one(step: CompileStep):
-        tmp_obj = f"obj/.{step.obj}.tmp"
+        tmp_obj = f"obj/.{step.obj}.{os.getpid()}.{threading.get_ident()}.tmp"  # concurrent builds never share
         cmd = list(step.command)
         cmd[cmd.index(f"obj/{step.obj}")] = tmp_obj
         t0 = time.monotonic()
@@ -274,7 +284,7 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
         raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all); "
                          f"full log: {out / 'logs' / (step.name + '.log')}\n{tail}")
 
-    tmp_lib = f".{plan.library}.tmp"
+    tmp_lib = f".{plan.library}.{os.getpid()}.tmp"
     link = list(plan.link_command)
     link[link.index(plan.library)] = tmp_lib
     proc = subprocess.run(link, cwd=out, capture_output=True, text=True, check=False)
@@ -304,6 +314,9 @@ def clean_objects(out_dir: Path, plan: BuildPlan) -> None:
 
 def build(spec: ModelSpec, arch: str, configs: list[KernelConfig], root: Path, jobs: int | None = None,
           log: Callable[[str], None] = print) -> BuildResult:
+    if arch not in ARCH_GENCODE:
+        raise BuildError(f"arch {arch!r}: moegen has kernels for {', '.join(ARCH_GENCODE)} only "
+                         "(SM100 kernels are not written yet)")
     toolchain = find_toolchain()
     out = output_dir(spec, arch, root)
     plan = plan_build(spec, arch, configs, out, toolchain)

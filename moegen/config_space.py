@@ -102,8 +102,8 @@ def candidate_configs(spec: ModelSpec, arch: str) -> list[KernelConfig]:
 
 # Default build: one decode-shaped and one prefill-shaped kernel per GEMM, first valid of each list.
 SM90_DEFAULTS = {
-    "decode": [(64, 16, 128, 6), (64, 16, 64, 8)],
-    "prefill": [(128, 128, 64, 4), (128, 64, 64, 4)],
+    "decode": [(64, 16, 128, 6), (64, 16, 64, 8), (64, 16, 64, 4), (64, 16, 64, 3)],
+    "prefill": [(128, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 3)],
 }
 
 
@@ -126,6 +126,12 @@ def default_configs(spec: ModelSpec, arch: str) -> list[KernelConfig]:
 def check_configs(spec: ModelSpec, configs: list[KernelConfig]) -> None:
     shapes = gemm_shapes(spec)
     for c in configs:
+        if c.arch != "sm90" or c.gemm not in shapes:
+            raise ValueError(f"kernel config {c.name}: not in the sm90 space (gemm1/gemm2 of sm90)")
+        for field, allowed in (("block_m", SM90_BLOCK_M), ("block_n", SM90_BLOCK_N), ("block_k", SM90_BLOCK_K),
+                               ("stages", SM90_STAGES)):
+            if getattr(c, field) not in allowed:
+                raise ValueError(f"kernel config {c.name}: {field} = {getattr(c, field)}, expected one of {allowed}")
         reason = rejection_reason(c, shapes[c.gemm])
         if reason:
             raise ValueError(f"kernel config {c.name}: invalid for {spec.variant}: {reason}")

@@ -9,7 +9,8 @@ import re
 
 from .config_space import KernelConfig
 
-_NAME = re.compile(r"^moegen_(?P<arch>sm\d+)_(?P<gemm>gemm[12])_m(?P<m>\d+)n(?P<n>\d+)k(?P<k>\d+)s(?P<s>\d+)$")
+_NAME = re.compile(r"moegen_(?P<arch>sm[1-9]\d*)_(?P<gemm>gemm[12])_m(?P<m>[1-9]\d*)n(?P<n>[1-9]\d*)"
+                   r"k(?P<k>[1-9]\d*)s(?P<s>[1-9]\d*)")
 
 
 def kernel_name(cfg: KernelConfig) -> str:
@@ -17,7 +18,7 @@ def kernel_name(cfg: KernelConfig) -> str:
 
 
 def parse_kernel_name(name: str) -> KernelConfig:
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     if not m:
         raise ValueError(f"kernel name {name!r}: expected the form moegen_<arch>_<gemm1|gemm2>_m<M>n<N>k<K>s<stages>")
     return KernelConfig(arch=m["arch"], gemm=m["gemm"], block_m=int(m["m"]), block_n=int(m["n"]),

@@ -6,6 +6,7 @@ what was expected.  Nothing downstream re-validates: a ModelSpec that exists is 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -157,6 +158,8 @@ class _Fields:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             _fail(self.source, self.prefix + key, v, "a number" + (" or null" if allow_none else ""))
+        if not math.isfinite(v):
+            _fail(self.source, self.prefix + key, v, "a finite number")
         if positive and not v > 0:
             _fail(self.source, self.prefix + key, v, "a number > 0")
         return float(v)
@@ -184,9 +187,9 @@ class _Fields:
         return _Fields(v, self.source, self.prefix + key + ".")
 
     def done(self):
-        extra = sorted(set(map(str, self.data)) - self.used)
+        extra = sorted((k for k in self.data if k not in self.used), key=str)
         if extra:
-            _fail(self.source, self.prefix + extra[0], self.data[extra[0]],
+            _fail(self.source, self.prefix + str(extra[0]), self.data[extra[0]],
                   "no such field (known: " + ", ".join(sorted(self.used)) + ")")
 
 
@@ -234,6 +237,9 @@ def model_from_dict(data: Any, source: str = "<inline>") -> ModelSpec:
 
 def _validate_model(s: ModelSpec, source: str) -> None:
     r, p = s.router, s.parallel
+    for key, v, lo in (("tp_size", p.tp_size, 1), ("ep_size", p.ep_size, 1), ("ep_rank", p.ep_rank, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            _fail(source, f"parallel.{key}", v, f"an integer >= {lo}")
     # The routing kernel holds one token's scores in a warp: 32 lanes x 32 values.
     if s.num_experts > 1024:
         _fail(source, "num_experts", s.num_experts, "at most 1024 (routing keeps one token's scores in a warp)")
@@ -256,8 +262,11 @@ def _validate_model(s: ModelSpec, source: str) -> None:
         if r.group_score == "top2_sum" and s.num_experts // r.n_group < 2:
             _fail(source, "router.group_score", r.group_score, "'max' when groups have one expert")
     else:
-        if r.n_group != 1 or r.topk_group != 1:
+        if r.n_group != 1:
             _fail(source, "router.n_group", r.n_group, f"1 (grouping needs kind sigmoid_group_topk, not {r.kind})")
+        if r.topk_group != 1:
+            _fail(source, "router.topk_group", r.topk_group,
+                  f"1 (grouping needs kind sigmoid_group_topk, not {r.kind})")
         if r.score_bias:
             _fail(source, "router.score_bias", True, f"false (score bias needs kind sigmoid_group_topk)")
     if s.activation.kind == "swiglu" and s.activation.alpha != 1.0:

@@ -191,7 +191,7 @@ def test_rejects_duplicate_kernels():
 def test_rejects_invalid_config():
     spec = load_model("gpt-oss-120b")
     bad = KernelConfig("sm90", "gemm1", 64, 16, 128, 6)  # 128 does not divide K = 2880
-    with pytest.raises(ValueError, match="moegen_sm90_gemm1_m64n16k128s6.*block_k must divide"):
+    with pytest.raises(BuildError, match="moegen_sm90_gemm1_m64n16k128s6.*block_k must divide"):
         plan(spec, default_configs(spec, "sm90") + [bad])
 
 

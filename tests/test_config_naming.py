@@ -192,7 +192,6 @@ def test_check_configs_names_the_kernel():
 
 # Bug in moegen/config_space.py (reported): SM90_DEFAULTS has no decode choice with few enough stages for
 # short K loops, so the standard DeepSeek TP8 split (K = 2048/8 = 256) and Qwen3 TP4 (K = 192) have no default.
-@pytest.mark.xfail(strict=True, reason="moegen bug: no default decode config for K <= 256 (e.g. deepseek-v3 tp8)")
 @pytest.mark.parametrize("model, tp", [("deepseek-v3", 8), ("qwen3-30b-a3b", 4)])
 def test_default_configs_exist_for_common_tp_splits(model, tp):
     spec = load_model(model).with_parallel(tp_size=tp)

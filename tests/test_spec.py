@@ -385,13 +385,11 @@ def _ok(fn):
 
 
 # Bugs in moegen/spec.py (reported): with_parallel skips the >= 1 / >= 0 / integer checks model_from_dict does.
-@pytest.mark.xfail(strict=True, reason="moegen bug: with_parallel does not check tp_size >= 1 (ZeroDivisionError)")
 def test_with_parallel_rejects_zero_tp():
     with pytest.raises(SpecError, match="parallel.tp_size"):
         load_model("gpt-oss-20b").with_parallel(tp_size=0)
 
 
-@pytest.mark.xfail(strict=True, reason="moegen bug: with_parallel accepts ep_rank=-1 (expert_begin < 0)")
 def test_with_parallel_rejects_negative_ep_rank():
     with pytest.raises(SpecError, match="parallel.ep_rank"):
         load_model("qwen3-30b-a3b").with_parallel(ep_rank=-1)

@@ -145,13 +145,22 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
     b_src[i] = p.act + size_t(src) * K + b_kc[i] * 8;
   }
 
+  // Token rows past the expert's end stay zero for the whole K loop: zero the ring once and never
+  // copy them (at decode most of a tile's rows are such padding).  Zero before any cp.async lands.
+  {
+    uint4* b_words = reinterpret_cast<uint4*>(ss.b);
+    constexpr int kWords = int(sizeof(ss.b) / sizeof(uint4));
+    for (int i = tid; i < kWords; i += G::kThreads) b_words[i] = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
+
   auto load_stage = [&](int kt) {
     const int slot = kt % Stages;
     const int k0 = kt * BK;
     CUTE_UNROLL
     for (int i = 0; i < G::kBChunksPerThread; ++i) {
-      if (G::kBChunks % G::kThreads == 0 || tid + i * G::kThreads < G::kBChunks) {
-        bool ok = b_row_ok[i] && (k0 + b_kc[i] * 8 < K);
+      if (b_row_ok[i]) {  // K past the end is zero-filled: the slot may hold an earlier tile's data
+        bool ok = k0 + b_kc[i] * 8 < K;
         cp_async_16(raw_pointer_cast(&sB(b_row[i], b_kc[i] * 8, slot)), ok ? b_src[i] + k0 : p.act, ok);
       }
     }

@@ -151,3 +151,58 @@ def markdown_table(rows: list[BenchRow]) -> str:
 def to_json(rows: list[BenchRow], ceilings: Ceilings, spec: ModelSpec) -> dict:
     return dict(environment=environment(), model=spec.variant, ceilings=asdict(ceilings),
                 rows=[asdict(r) for r in rows])
+
+
+class LayerProfiler:
+    """`moegen tune`'s profiler: (tokens, gemm1, gemm2) -> median µs of the whole layer by graph replay.
+
+    Each config is first run once with poisoned outputs and checked against the float64 reference
+    (computed once per token count); a config that fails to launch or to verify raises, which the
+    tuner scores as infinity with the message as the reason.
+    """
+
+    def __init__(self, layer: MoeLayer, rotations: int = 4, reps: int = 5, seed: int = 0, tolerance: float = 2e-2):
+        from .testing import random_weights
+        self.layer, self.rotations, self.reps, self.seed, self.tolerance = layer, rotations, reps, seed, tolerance
+        self.weights = random_weights(layer.spec, "cuda", seed)
+        self.inputs: dict[int, list] = {}
+        self.refs: dict[int, torch.Tensor] = {}
+
+    def _inputs(self, tokens: int):
+        if tokens not in self.inputs:
+            self.inputs = {tokens: [random_inputs(self.layer.spec, tokens, "cuda", self.seed + 100 * tokens + r)
+                                    for r in range(self.rotations)]}  # one bucket's inputs at a time
+        return self.inputs[tokens]
+
+    def __call__(self, tokens: int, gemm1: int, gemm2: int) -> float:
+        from .testing import reference_output, relative_l2
+        spec, w = self.layer.spec, self.weights
+        xs = self._inputs(tokens)
+        res = self.layer(xs[0].hidden, xs[0].logits, w.prepared, xs[0].score_bias, kernels=(gemm1, gemm2),
+                         poison=True)
+        torch.cuda.synchronize()
+        if tokens not in self.refs:
+            self.refs = {tokens: reference_output(spec, w, xs[0], res.topk_ids)}
+        if torch.isnan(res.out).any():
+            raise RuntimeError("verification failed: NaN in the output")
+        err = relative_l2(res.out, self.refs[tokens])
+        if err > self.tolerance:
+            raise RuntimeError(f"verification failed: relative L2 error {err:.2e} > {self.tolerance}")
+        graphs = []
+        for x in xs:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self.layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(gemm1, gemm2))
+            graphs.append(g)
+        for g in graphs:
+            g.replay()
+        times = []
+        for _ in range(self.reps):
+            for g in graphs:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b) * 1e3)
+        return statistics.median(times)

@@ -79,6 +79,36 @@ def bench(model, arch, tokens, reps, json_out, out_root) -> None:
         atomic_write(json_out, json.dumps(to_json(rows, ceilings, spec), indent=2) + "\n")
 
 
+@main.command()
+@click.option("--model", required=True, help="model name under configs/models, or a path to a YAML spec")
+@click.option("--arch", default="sm90", show_default=True, type=click.Choice(["sm90"]))
+@click.option("--buckets", default=",".join(str(b) for b in (1 << i for i in range(15))), show_default=True,
+              help="comma-separated token-count buckets")
+@click.option("--no-build", is_flag=True, help="tune the library already built (default: build the whole space first)")
+@click.option("--jobs", "-j", type=int, default=None, help="parallel nvcc processes for the build")
+@click.option("--out", "out_root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+def tune(model, arch, buckets, no_build, jobs, out_root) -> None:
+    """Time every kernel of the library per token-count bucket on this GPU; write its dispatch table."""
+    from .bench import LayerProfiler
+    from .build import BuildError, build as run_build
+    from .config_space import candidate_configs
+    from .runtime import LoadError, load
+    from .tune import TuneError, make_table, save_table, search
+    try:
+        spec = load_model(model)
+        if not no_build:
+            run_build(spec, arch, candidate_configs(spec, arch), out_root, jobs=jobs,
+                      log=lambda m: click.echo(m, err=True))
+        layer = load(out_root / spec.variant / arch, spec=spec)
+        click.echo(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}", err=True)
+        choices, measurements = search(layer.kernels, spec, LayerProfiler(layer),
+                                       [int(b) for b in buckets.split(",")], log=lambda m: click.echo(m, err=True))
+        table = make_table(spec, arch, layer.manifest["fingerprint"], layer.gpu, layer.kernels, choices, measurements)
+        click.echo(str(save_table(layer.out_dir, table)))
+    except (SpecError, BuildError, LoadError, TuneError) as e:
+        raise click.ClickException(str(e)) from None
+
+
 @main.command("list")
 def list_models() -> None:
     """List the model specs under configs/models."""

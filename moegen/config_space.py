@@ -64,7 +64,7 @@ def a_fragment_registers(c: KernelConfig) -> int:
 SM90_BLOCK_M = (64, 128)
 SM90_BLOCK_N = (8, 16, 32, 64, 128, 256)
 SM90_BLOCK_K = (64, 128)
-SM90_STAGES = (3, 4, 5, 6, 8)
+SM90_STAGES = (3, 4, 6, 8)
 SM90_SMEM_LIMIT = 227 * 1024
 
 Rule = tuple[str, Callable[[KernelConfig, GemmShape], bool]]
@@ -75,6 +75,8 @@ SM90_RULES: list[Rule] = [
      lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= 176),
     ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
      lambda c, s: c.stages - 2 <= max(1, s.k_padded // c.block_k)),
+    ("3 stages prefetch a single tile, too little to hide HBM latency unless the K loop is that short",
+     lambda c, s: c.stages > 3 or s.k_padded // c.block_k <= 4),
     ("two consumer warpgroups only pay off once a CTA has enough token rows to share B",
      lambda c, s: c.block_m == 64 or c.block_n >= 64),
 ]

@@ -3,9 +3,10 @@
 Raw input (per GEMM): e2m1 pairs ``[E, N, K/2]`` uint8 (element 2i in the low nibble) and e8m0
 scales ``[E, N, K/32]`` uint8.  Output, per GEMM:
 
-* ``w``  ``[E, Npad/64, Kpad/64, 2048]`` uint8: 64x64 "atoms"; atom byte ``16*L + 4*kk + n/2``
-  (nibble n of word kk) holds the element thread L of the consumer warpgroup widens into its wgmma
-  A fragment at k16 step kk (see ``_atom_index_tables``).  One 16-byte load per thread per atom.
+* ``w``  ``[E, Npad/64, Kpad/64, 2048]`` uint8: 64x64 "atoms"; the little-endian word at atom byte
+  ``16*L + 4*kk`` holds the 8 values thread L of the consumer warpgroup widens into its wgmma A
+  fragment at k16 step kk, their bits placed for the converter (``e2m1_word_bits``,
+  ``_atom_index_tables``).  One 16-byte load per thread per atom.
 * ``scales`` ``[E, Npad/64, Kpad/64, 128]`` uint8: byte ``32*warp + 4*g + b`` is the scale of
   fragment row ``16*warp + g + 8*(b%2)`` for the 32-wide K group ``b//2``, stored as
   ``e8m0 - shift[e]`` clamped to [0, 128] so the kernel's bf16 multiplier 2^(s-1) is always normal.
@@ -55,28 +56,51 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+# Bit position in a prepared 32-bit word of (output register j, half h, bit b) where b = 0 sign, 1 e1,
+# 2 e0, 3 m; chosen so the kernel's converter needs one shift for j = 0..2 (mxfp4_convert.cuh).
+_BF16_BITS = (15, 8, 7, 6)  # where sign, e1, e0, m of the low half must land (high half: +16)
+_SHIFT_LEFT = {0: 0, 1: 3, 2: 6}
+_J3_BITS = (14, 13, 11, 10)  # sign << 1, e1 >> 5, e0 >> 4, m >> 4
+
+
+def e2m1_word_bits() -> list[list[list[int]]]:
+    """bits[j][h][b]: the word bit holding bit b (sign, e1, e0, m) of output j's half h."""
+    bits = []
+    for j in range(4):
+        halves = []
+        for h in range(2):
+            if j < 3:
+                halves.append([p + 16 * h - _SHIFT_LEFT[j] for p in _BF16_BITS])
+            else:
+                halves.append([p + 16 * h for p in _J3_BITS])
+        bits.append(halves)
+    flat = sorted(b for j in bits for h in j for b in h)
+    assert flat == list(range(32)), "the four outputs must tile the word"
+    return bits
+
+
 @lru_cache(maxsize=None)
 def _atom_index_tables() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row, k) of every nibble of an atom, and (row, k-group) of every scale byte.
+    """(row, k) of the value behind every (thread, word, output j, half h), and (row, k-group) of
+    every scale byte.
 
-    Thread L = 32*warp + 4*g + t; word kk covers k in [16kk, 16kk+16).  wgmma's A fragment gives
-    the thread rows g, g+8 (of its warp's 16) and k = 2t, 2t+1, 2t+8, 2t+9; the converter turns
-    nibbles (3-j, 7-j) into fragment register j, so nibble n maps as below.
+    Thread L = 32*warp + 4*g + t; word kk covers k in [16kk, 16kk+16).  wgmma's A fragment register
+    j of a k16 step holds rows g (j even) or g+8 (j odd) of the warp's 16, at k = 2t + 8*(j//2) for
+    the low half and +1 for the high half.
     """
-    L = torch.arange(128).view(128, 1, 1)
-    kk = torch.arange(4).view(1, 4, 1)
-    n = torch.arange(8).view(1, 1, 8)
+    L = torch.arange(128).view(128, 1, 1, 1)
+    kk = torch.arange(4).view(1, 4, 1, 1)
+    j = torch.arange(4).view(1, 1, 4, 1)
+    h = torch.arange(2).view(1, 1, 1, 2)
     warp, g, t = L // 32, (L % 32) // 4, L % 4
-    j = 3 - (n % 4)  # fragment register: nibbles 3,2,1,0 -> j 0,1,2,3 (7,6,5,4 likewise, high half)
-    high = n // 4  # high half of the bf16x2 register = the odd k
     row = 16 * warp + g + 8 * (j % 2)
-    k = 16 * kk + 2 * t + high + 8 * (j // 2)
+    k = 16 * kk + 2 * t + 8 * (j // 2) + h
     b = torch.arange(4).view(1, 1, 4)
     w4 = torch.arange(4).view(4, 1, 1)
     g8 = torch.arange(8).view(1, 8, 1)
     s_row = 16 * w4 + g8 + 8 * (b % 2)
     s_kg = (b // 2).expand(4, 8, 4)
-    return row.expand(128, 4, 8), k.expand(128, 4, 8), s_row, s_kg
+    return row.expand(128, 4, 4, 2), k.expand(128, 4, 4, 2), s_row, s_kg
 
 
 def _unpack(packed: torch.Tensor) -> torch.Tensor:
@@ -108,10 +132,18 @@ def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch
     s[:, :N, : K // 32] = stored
 
     row, k, s_row, s_kg = (x.to(dev) for x in _atom_index_tables())
-    atoms = c.view(E, Np // 64, 64, Kp // 64, 64).permute(0, 1, 3, 2, 4)  # [E, N64, K64, 64, 64]
-    nib = atoms[..., row, k]  # [E, N64, K64, 128, 4, 8]
-    byte = nib[..., 0::2] | (nib[..., 1::2] << 4)  # nibble n -> byte n//2, low nibble if n even
-    w = byte.reshape(E, Np // 64, Kp // 64, 2048).contiguous()
+    w = torch.empty((E, Np // 64, Kp // 64, 2048), dtype=torch.uint8, device=dev)
+    for e in range(E):  # one expert at a time keeps the int32 temporaries small
+        atoms = c[e].view(Np // 64, 64, Kp // 64, 64).permute(0, 2, 1, 3)  # [N64, K64, 64, 64]
+        codes_jh = atoms[..., row, k].to(torch.int32)  # [N64, K64, 128 threads, 4 words, 4 j, 2 h]
+        word = torch.zeros(codes_jh.shape[:-2], dtype=torch.int32, device=dev)
+        for jj, halves in enumerate(e2m1_word_bits()):
+            for hh, positions in enumerate(halves):
+                code = codes_jh[..., jj, hh]
+                for b, pos in enumerate(positions):  # code bits: 3 sign, 2 e1, 1 e0, 0 m
+                    word |= ((code >> (3 - b)) & 1) << pos
+        byte = torch.stack([(word >> (8 * i)) & 0xFF for i in range(4)], dim=-1)  # little endian
+        w[e] = byte.to(torch.uint8).reshape(Np // 64, Kp // 64, 2048)
     sa = s.view(E, Np // 64, 64, Kp // 64, 2).permute(0, 1, 3, 2, 4)  # [E, N64, K64, 64, 2]
     scales = sa[..., s_row, s_kg].reshape(E, Np // 64, Kp // 64, 128).contiguous()
     expert_scale = torch.pow(2.0, shift.to(torch.float64)).to(torch.float32)

@@ -20,6 +20,7 @@ from .config_space import KernelConfig
 from .naming import parse_kernel_name
 from .prepare import PreparedWeights
 from .spec import ModelSpec, model_from_dict
+from .tune import GpuInfo, heuristic_choice, load_dispatch, warn_once
 
 ARCH_CAPABILITY = {"sm90": (9, 0)}  # sm_90a code runs on compute capability 9.0 only
 
@@ -136,23 +137,22 @@ class MoeOutput:
 class MoeLayer:
     """A loaded moegen build: call it with hidden states, router logits and prepared weights."""
 
-    def __init__(self, out_dir: Path, manifest: dict, spec: ModelSpec, library: Library):
-        self.out_dir, self.manifest, self.spec, self.library = out_dir, manifest, spec, library
-        self.kernels: list[KernelConfig] = [parse_kernel_name(n) for n in library.kernel_names()]
+    def __init__(self, out_dir: Path, manifest: dict, spec: ModelSpec, library: Library, gpu: GpuInfo):
+        self.out_dir, self.manifest, self.spec, self.library, self.gpu = out_dir, manifest, spec, library, gpu
+        names = library.kernel_names()
+        self.kernels: list[KernelConfig] = [parse_kernel_name(n) for n in names]
+        self.dispatch, self.dispatch_note = load_dispatch(out_dir, gpu, manifest["fingerprint"], names)
 
     def kernel_index(self, name: str) -> int:
         return [k.name for k in self.kernels].index(name)
 
     def choose_kernels(self, num_tokens: int) -> tuple[int, int]:
-        """Heuristic until a tuned dispatch table exists: the smallest block_n covering the average
-        rows per local expert (decode wants small tiles, prefill large ones)."""
-        rows_per_expert = num_tokens * self.spec.top_k / self.spec.local_experts
-        picks = []
-        for gemm in ("gemm1", "gemm2"):
-            cands = [(i, k) for i, k in enumerate(self.kernels) if k.gemm == gemm]
-            covering = [(k.block_n, i) for i, k in cands if k.block_n >= rows_per_expert]
-            picks.append(min(covering)[1] if covering else max((k.block_n, i) for i, k in cands)[1])
-        return picks[0], picks[1]
+        """(gemm1, gemm2) kernel indices: from this GPU's tuned dispatch table, else the documented
+        heuristic (moegen.tune.heuristic_choice) with a one-time warning."""
+        if self.dispatch is not None:
+            return self.dispatch.choose(num_tokens)
+        warn_once(self.dispatch_note)
+        return heuristic_choice(self.kernels, self.spec, num_tokens)
 
     def check_inputs(self, hidden, router_logits, weights: PreparedWeights, score_bias) -> None:
         s = self.spec
@@ -234,7 +234,32 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     info = library.build_info()
     if info.get("fingerprint") != manifest["fingerprint"] or library.dll.moegen_abi_version() != ABI_VERSION:
         raise LoadError(f"{lib_path}: library fingerprint/ABI does not match {mpath}; rebuild")
-    return MoeLayer(out_dir, manifest, built_spec, library)
+    return MoeLayer(out_dir, manifest, built_spec, library, gpu_info(dev))
+
+
+def gpu_info(device: torch.device | str = "cuda") -> GpuInfo:
+    """What a dispatch table is keyed by: GPU name, SM count, driver and CUDA versions."""
+    props = torch.cuda.get_device_properties(device)
+    return GpuInfo(name=props.name, sm_count=props.multi_processor_count, driver=_driver_version(),
+                   cuda=str(torch.version.cuda))
+
+
+def _driver_version() -> str:
+    """The driver release as NVML reports it (e.g. 580.159.04), else the driver API version."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        buf = ctypes.create_string_buffer(96)
+        if nvml.nvmlInit_v2() == 0 and nvml.nvmlSystemGetDriverVersion(buf, 96) == 0:
+            return buf.value.decode()
+    except OSError:
+        pass
+    try:
+        v = ctypes.c_int()
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0:
+            return f"cuda-driver-api-{v.value}"
+    except OSError:
+        pass
+    return "unknown"
 
 
 def _spec_to_yaml_dict(d: dict) -> dict:

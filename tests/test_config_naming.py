@@ -95,13 +95,15 @@ def test_every_rule_is_live(index):
 def test_rule_examples():
     k2880 = cs.GemmShape(n=5760, k=2880)
     k4096 = cs.GemmShape(n=4096, k=4096)
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 3), k2880) == SM90_RULES[0][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 3), k4096) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k2880) == SM90_RULES[0][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 64, 8), k4096) == SM90_RULES[1][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 256, 128, 3), k4096) == SM90_RULES[2][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 256, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 8), cs.GemmShape(256, 128)) == SM90_RULES[3][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 16, 64, 3), k4096) == SM90_RULES[4][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 64, 3), k4096) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), k4096) == SM90_RULES[4][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), cs.GemmShape(256, 256)) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 16, 64, 4), k4096) == SM90_RULES[5][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 64, 4), k4096) is None
 
 
 def test_k_padding():

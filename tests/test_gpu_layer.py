@@ -20,6 +20,8 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
 
 from moegen.build import build  # noqa: E402
 from moegen.cli import DEFAULT_OUT  # noqa: E402
+
+OUT = DEFAULT_OUT / "_gputest"  # the tests' own builds, apart from what users build and tune
 from moegen.config_space import default_configs  # noqa: E402
 from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
@@ -51,8 +53,8 @@ _layers, _weights = {}, {}
 def _layer(variant):
     if variant not in _layers:
         spec = _spec(variant)
-        build(spec, "sm90", default_configs(spec, "sm90"), DEFAULT_OUT, log=lambda m: None)
-        _layers[variant] = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+        build(spec, "sm90", default_configs(spec, "sm90"), OUT, log=lambda m: None)
+        _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
     if variant not in _weights:
         _weights.clear()  # one model's weights on the GPU at a time
         _weights[variant] = random_weights(_layers[variant].spec, "cuda", _SEED)

@@ -18,6 +18,18 @@ def tiny_spec(hidden=128, inter=64, experts=2, bias=False, **router):
         "activation": {"kind": "swiglu"}, "bias": {"gemm1": bias, "gemm2": bias}}, "tiny")
 
 
+def converter_bits(q: torch.Tensor, j: int) -> torch.Tensor:
+    """Output register j of e2m1x8_to_bf16x8 before the scale multiply (mirrors mxfp4_convert.cuh)."""
+    m = 0x81C081C0
+    if j == 0:
+        return q & m
+    if j == 1:
+        return (q << 3) & m
+    if j == 2:
+        return (q << 6) & m
+    return ((q << 1) & 0x80008000) | ((q >> 5) & 0x01000100) | ((q >> 4) & 0x00C000C0)
+
+
 def emulate_kernel_decode(w: torch.Tensor, scales: torch.Tensor, expert_scale: torch.Tensor) -> torch.Tensor:
     """Prepared atoms -> dense fp32 [E, Npad, Kpad], decoding each thread's words like the kernel."""
     E, N64, K64, _ = w.shape
@@ -35,8 +47,11 @@ def emulate_kernel_decode(w: torch.Tensor, scales: torch.Tensor, expert_scale: t
                 k = 16 * kk + 2 * t + 8 * (j // 2)
                 s = sc[..., warp, g, 2 * (kk // 2) + (j % 2)]
                 mult = torch.pow(2.0, (s - 127).double()) * expert_scale.double().view(E, 1, 1)
-                for half, nib in ((0, 3 - j), (1, 7 - j)):
-                    code = (q >> (4 * nib)) & 0xF
+                for half in (0, 1):
+                    bf16 = converter_bits(q, j) >> (16 * half) & 0xFFFF
+                    # the converter's bf16 reads value * 2^-126; its bits sign|e1 e0|m -> code
+                    code = (bf16 >> 15 & 1) << 3 | (bf16 >> 7 & 3) << 1 | (bf16 >> 6 & 1)
+                    assert not (bf16 & 0x7E3F).any(), "stray bits in the widened bf16"
                     val = mxfp4.E2M1_VALUES[code].double() * mult
                     rows = torch.arange(N64).view(1, N64, 1) * 64 + row
                     cols = torch.arange(K64).view(1, 1, K64) * 64 + k + half

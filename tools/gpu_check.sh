@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One GPU session's check, the same every time: build (no-op when the carried generated/ matches by
 # fingerprint), SASS audit, GPU tests, compute-sanitizer, benchmark. Results go to $1 (default results/).
-# On the device tool: carry [".whl", "generated"] and run `bash tools/gpu_check.sh $OUT`.
+# Here: `bash tools/stage_carry.sh`; device tool: carry [".carry"], run `bash tools/gpu_check.sh $OUT`.
+# The GPU tests build what they need under generated/_gputest when it was not carried.
 set -uo pipefail
 OUT=${1:-results}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/moegen-site .whl/*.whl || exit 1
+if [ -d .carry ]; then  # staged by tools/stage_carry.sh
+  cp -r .carry/generated/. generated/ 2>/dev/null || true
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/moegen-site .carry/whl/*.whl || exit 1
   export PYTHONPATH=$PWD:/tmp/moegen-site
 else
   export PYTHONPATH=$PWD
@@ -18,14 +20,8 @@ echo "${MOEGEN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" > "$OUT/commi
 status=0
 step() { echo "== $1"; }
 
-step build
-for v in "deepseek-v4-flash" "deepseek-v3" "gpt-oss-120b" "gpt-oss-20b" "qwen3-30b-a3b" \
-         "gpt-oss-20b --tp 2" "qwen3-30b-a3b --ep-size 4 --ep-rank 1"; do
-  python3 -m moegen build --model $v --arch sm90 -j 16 || status=1
-done 2>&1 | tee "$OUT/build.log"
-
 step sass
-for lib in generated/*/sm90/libmoegen-*.so; do
+for lib in generated/*/sm90/libmoegen-*.so generated/_gputest/*/sm90/libmoegen-*.so; do
   echo "# $lib"; cuobjdump --dump-sass "$lib" | python3 tools/sass_audit.py || echo "SASS AUDIT FAILED: $lib"
 done > "$OUT/sass.txt" 2>&1
 grep -c "FAILED" "$OUT/sass.txt" && status=1
@@ -39,6 +35,13 @@ step sanitizer
 if [ -z "${SKIP_SANITIZER:-}" ]; then
   compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_run.py > "$OUT/sanitizer.log" 2>&1 || status=1
   tail -3 "$OUT/sanitizer.log"
+fi
+
+step tune
+if [ -z "${SKIP_TUNE:-}" ]; then  # the default model's library as built/carried (build --kernels all first)
+  python3 -m moegen tune --model deepseek-v4-flash --no-build > "$OUT/tune.log" 2>&1 || status=1
+  tail -16 "$OUT/tune.log"
+  cp generated/deepseek-v4-flash/sm90/dispatch/*.json "$OUT/" 2>/dev/null
 fi
 
 step bench

@@ -14,7 +14,7 @@ from moegen.testing import random_inputs, random_weights
 
 model, T = sys.argv[1], int(sys.argv[2])
 spec = load_model(model)
-layer = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+layer = load(DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
 w = random_weights(spec, "cuda", 1)
 x = random_inputs(spec, T, "cuda", 2)
 for _ in range(2):

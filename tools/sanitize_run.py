@@ -10,7 +10,7 @@ from moegen.testing import random_inputs, random_weights
 
 model = sys.argv[1] if len(sys.argv) > 1 else "deepseek-v4-flash"
 spec = load_model(model)
-layer = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+layer = load(DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
 w = random_weights(spec, "cuda", 1)
 for T in (3, 1024):
     x = random_inputs(spec, T, "cuda", T)

@@ -36,6 +36,8 @@ inline int fail(int code, const char* fmt, ...) {
 }
 
 constexpr int kMinBlockN = 8;
+// Up to this many (token, slot) rows the last routing block scatters them itself: one launch less.
+constexpr long kScatterInRoutingMaxRows = 4096;
 
 // Worst-case work tiles for `rows` expert rows cut into tiles of bn rows.
 inline int max_work_tiles(long rows, int bn, int experts) {
@@ -72,7 +74,7 @@ struct Workspace {
     };
     Workspace dummy;
     Workspace& w = ws ? *ws : dummy;
-    take(w.counts, P::kLocalExperts);
+    take(w.counts, P::kLocalExperts + 1);  // + the routing blocks' done counter
     take(w.offsets, P::kLocalExperts + 1);
     take(w.slot_in_expert, rows);
     take(w.row_token, rows);
@@ -121,26 +123,40 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   const int T = a.num_tokens;
   const long rows = long(T) * P::kTopK;
 
-  cudaError_t e = cudaMemsetAsync(ws.counts, 0, P::kLocalExperts * sizeof(int32_t), stream);
+  cudaError_t e = cudaMemsetAsync(ws.counts, 0, (P::kLocalExperts + 1) * sizeof(int32_t), stream);
   if (e != cudaSuccess) return fail(int(e), "memset: %s", cudaGetErrorString(e));
+  const int bn1 = kernels[k1].block_n, bn2 = kernels[k2].block_n;
+  RoutingParams rp{};
+  rp.logits = a.router_logits;
+  rp.score_bias = a.score_bias;
+  rp.num_tokens = T;
+  rp.topk_ids = a.topk_ids;
+  rp.topk_weights = a.topk_weights;
+  rp.counts = ws.counts;
+  rp.blocks_done = ws.counts + P::kLocalExperts;
+  rp.slot_in_expert = ws.slot_in_expert;
+  rp.offsets = ws.offsets;
+  rp.bn1 = bn1;
+  rp.bn2 = bn2;
+  rp.work1_expert = ws.work1_expert;
+  rp.work1_row0 = ws.work1_row0;
+  rp.work2_expert = ws.work2_expert;
+  rp.work2_row0 = ws.work2_row0;
+  rp.num_work = ws.num_work;
+  rp.row_token = ws.row_token;
+  rp.row_weight = ws.row_weight;
+  rp.token_row = ws.token_row;
+  rp.scatter_in_last_block = rows <= kScatterInRoutingMaxRows;
   dim3 route_grid((T + 3) / 4);
   if (a.logits_dtype == MOEGEN_LOGITS_F32)
-    route_kernel<P, float><<<route_grid, 128, 0, stream>>>(static_cast<const float*>(a.router_logits), a.score_bias,
-                                                           T, a.topk_ids, a.topk_weights, ws.counts,
-                                                           ws.slot_in_expert);
+    route_kernel<P, float><<<route_grid, 128, 0, stream>>>(rp);
   else
-    route_kernel<P, __nv_bfloat16><<<route_grid, 128, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(a.router_logits), a.score_bias, T, a.topk_ids, a.topk_weights,
-        ws.counts, ws.slot_in_expert);
+    route_kernel<P, __nv_bfloat16><<<route_grid, 128, 0, stream>>>(rp);
   MOEGEN_CHECK_LAUNCH("route");
-  const int bn1 = kernels[k1].block_n, bn2 = kernels[k2].block_n;
-  schedule_kernel<P><<<1, 32, 0, stream>>>(ws.counts, ws.offsets, bn1, ws.work1_expert, ws.work1_row0,
-                                           ws.num_work, bn2, ws.work2_expert, ws.work2_row0, ws.num_work + 1);
-  MOEGEN_CHECK_LAUNCH("schedule");
-  scatter_kernel<P><<<int((rows + 255) / 256), 256, 0, stream>>>(int(rows), a.topk_ids, a.topk_weights,
-                                                                   ws.slot_in_expert, ws.offsets, ws.row_token,
-                                                                   ws.row_weight, ws.token_row);
-  MOEGEN_CHECK_LAUNCH("scatter");
+  if (!rp.scatter_in_last_block) {
+    e = launch_pdl(scatter_kernel<P>, dim3(int((rows + 255) / 256)), dim3(256), 0, stream, rp);
+    if (e != cudaSuccess) return fail(int(e), "scatter: %s", cudaGetErrorString(e));
+  }
 
   sm90::GemmParams g1{};
   g1.w = a.w13;
@@ -154,6 +170,7 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   g1.work_row0 = ws.work1_row0;
   g1.num_work = ws.num_work;
   g1.out = ws.h;
+  g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
   int rc = kernels[k1].launch(&g1, max_work_tiles(rows, bn1, P::kLocalExperts), stream);
   if (rc) return fail(rc, "%s: %s", kernels[k1].name, cudaGetErrorString(cudaError_t(rc)));
 
@@ -170,13 +187,15 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   g2.num_work = ws.num_work + 1;
   g2.row_weight = ws.row_weight;
   g2.out = ws.y;
+  g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
   rc = kernels[k2].launch(&g2, max_work_tiles(rows, bn2, P::kLocalExperts), stream);
   if (rc) return fail(rc, "%s: %s", kernels[k2].name, cudaGetErrorString(cudaError_t(rc)));
 
   const long vecs = long(T) * (P::kHidden / 8);
-  finalize_kernel<P><<<int((vecs + 255) / 256), 256, 0, stream>>>(T, ws.token_row, ws.y,
-                                                                   static_cast<__nv_bfloat16*>(a.out));
-  MOEGEN_CHECK_LAUNCH("finalize");
+  e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
+                 static_cast<const int32_t*>(ws.token_row), static_cast<const __nv_bfloat16*>(ws.y),
+                 static_cast<__nv_bfloat16*>(a.out));
+  if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
   return 0;
 }
 

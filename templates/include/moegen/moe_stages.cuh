@@ -18,6 +18,28 @@ enum ActivationKind { kSwiGLU = 0, kSwiGLUOai = 1 };
 
 constexpr int kWarpSize = 32;
 
+struct RoutingParams {
+  const void* logits;
+  const float* score_bias;
+  int num_tokens;
+  int32_t* topk_ids;        // [T, K]
+  float* topk_weights;      // [T, K]
+  int32_t* counts;          // [E_local] zeroed before the launch
+  int32_t* blocks_done;     // [1] zeroed before the launch
+  int32_t* slot_in_expert;  // [T, K]
+  int32_t* offsets;         // [E_local + 1]
+  int bn1, bn2;             // token rows per GEMM1 / GEMM2 work tile
+  int32_t* work1_expert;
+  int32_t* work1_row0;
+  int32_t* work2_expert;
+  int32_t* work2_row0;
+  int32_t* num_work;        // [2]
+  int32_t* row_token;       // [rows] permuted row -> token
+  float* row_weight;        // [rows]
+  int32_t* token_row;       // [T, K] -> permuted row or -1
+  int scatter_in_last_block;  // small batches: the last routing block also scatters (one launch less)
+};
+
 __device__ __forceinline__ float load_logit(const float* p) { return *p; }
 __device__ __forceinline__ float load_logit(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
@@ -43,16 +65,11 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of argmax.
 template <class P, class LogitT>
-__global__ void __launch_bounds__(128) route_kernel(const LogitT* __restrict__ logits, const float* __restrict__ score_bias,
-                                                    int num_tokens, int32_t* __restrict__ topk_ids,
-                                                    float* __restrict__ topk_weights, int32_t* __restrict__ counts,
-                                                    int32_t* __restrict__ slot_in_expert) {
+__device__ void route_token(const RoutingParams& rp, int t, int warp, int lane, float (*group_sel)[P::kExperts]) {
   constexpr int E = P::kExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize, K = P::kTopK;
   constexpr float kNegInf = -INFINITY;
-  __shared__ float group_sel[4][E];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int t = blockIdx.x * 4 + warp;
-  if (t >= num_tokens) return;
+  const LogitT* __restrict__ logits = static_cast<const LogitT*>(rp.logits);
+  const float* __restrict__ score_bias = rp.score_bias;
 
   float sel[PER_LANE], weight_src[PER_LANE];  // selection key, and the value the weight is made from
 #pragma unroll
@@ -146,26 +163,52 @@ __global__ void __launch_bounds__(128) route_kernel(const LogitT* __restrict__ l
   }
   my_w *= P::kScaling;
   if (lane < K) {
-    topk_ids[size_t(t) * K + lane] = my_id;
-    topk_weights[size_t(t) * K + lane] = my_w;
+    rp.topk_ids[size_t(t) * K + lane] = my_id;
+    rp.topk_weights[size_t(t) * K + lane] = my_w;
     int local = my_id - P::kExpertBegin;
-    slot_in_expert[size_t(t) * K + lane] =
-        (local >= 0 && local < P::kLocalExperts) ? atomicAdd(&counts[local], 1) : -1;
+    rp.slot_in_expert[size_t(t) * K + lane] =
+        (local >= 0 && local < P::kLocalExperts) ? atomicAdd(&rp.counts[local], 1) : -1;
   }
 }
 
-// Single warp: exclusive scan of the per-expert counts, then the work tiles of both GEMMs.
 template <class P>
-__global__ void __launch_bounds__(32) schedule_kernel(const int32_t* __restrict__ counts, int32_t* __restrict__ offsets,
-                                                      int bn1, int32_t* work1_expert, int32_t* work1_row0, int32_t* num_work1,
-                                                      int bn2, int32_t* work2_expert, int32_t* work2_row0, int32_t* num_work2) {
+__device__ void schedule_warp(const RoutingParams& rp);
+template <class P>
+__device__ void scatter_range(const RoutingParams& rp, int begin, int stride);
+
+// One warp per token; the last block to finish builds the GEMM schedule (and, for small batches,
+// the permutation), so routing costs one launch.
+template <class P, class LogitT>
+__global__ void __launch_bounds__(128) route_kernel(RoutingParams rp) {
+  __shared__ float group_sel[4][P::kExperts];
+  __shared__ bool is_last;
+  pdl_launch_dependents();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int t = blockIdx.x * 4 + warp;
+  if (t < rp.num_tokens) route_token<P, LogitT>(rp, t, warp, lane, group_sel);
+  __threadfence();  // this block's counts and slots, before it reports done
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(rp.blocks_done, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // every other block's counts are visible now
+  if (warp == 0) schedule_warp<P>(rp);
+  if (rp.scatter_in_last_block) {
+    __syncthreads();
+    scatter_range<P>(rp, threadIdx.x, blockDim.x);
+  }
+}
+
+// One warp: exclusive scan of the per-expert counts, then the work tiles of both GEMMs.
+template <class P>
+__device__ void schedule_warp(const RoutingParams& rp) {
   constexpr int E = P::kLocalExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize;
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x % kWarpSize, bn1 = rp.bn1, bn2 = rp.bn2;
   const int first = lane * PER_LANE;  // each lane owns a run of consecutive experts
   int c[PER_LANE], rows = 0, tiles1 = 0, tiles2 = 0;
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
-    c[i] = first + i < E ? counts[first + i] : 0;
+    c[i] = first + i < E ? __ldcg(rp.counts + first + i) : 0;
     rows += c[i];
     tiles1 += (c[i] + bn1 - 1) / bn1;
     tiles2 += (c[i] + bn2 - 1) / bn2;
@@ -183,35 +226,43 @@ __global__ void __launch_bounds__(32) schedule_kernel(const int32_t* __restrict_
   for (int i = 0; i < PER_LANE; ++i) {
     int e = first + i;
     if (e < E) {
-      offsets[e] = row;
-      for (int r = 0; r < c[i]; r += bn1, ++t1) { work1_expert[t1] = e; work1_row0[t1] = row + r; }
-      for (int r = 0; r < c[i]; r += bn2, ++t2) { work2_expert[t2] = e; work2_row0[t2] = row + r; }
+      rp.offsets[e] = row;
+      for (int r = 0; r < c[i]; r += bn1, ++t1) { rp.work1_expert[t1] = e; rp.work1_row0[t1] = row + r; }
+      for (int r = 0; r < c[i]; r += bn2, ++t2) { rp.work2_expert[t2] = e; rp.work2_row0[t2] = row + r; }
       row += c[i];
     }
   }
   if (lane == 31) {
-    offsets[E] = incl_rows;
-    *num_work1 = incl_t1;
-    *num_work2 = incl_t2;
+    rp.offsets[E] = incl_rows;
+    rp.num_work[0] = incl_t1;
+    rp.num_work[1] = incl_t2;
   }
+  __syncwarp();
 }
 
 // Each (token, slot) routed to a local expert gets its row in expert order.
 template <class P>
-__global__ void scatter_kernel(int total, const int32_t* __restrict__ topk_ids, const float* __restrict__ topk_weights,
-                               const int32_t* __restrict__ slot_in_expert, const int32_t* __restrict__ offsets,
-                               int32_t* __restrict__ row_token, float* __restrict__ row_weight,
-                               int32_t* __restrict__ token_row) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  int slot = slot_in_expert[i];
-  int row = -1;
-  if (slot >= 0) {
-    row = offsets[topk_ids[i] - P::kExpertBegin] + slot;
-    row_token[row] = i / P::kTopK;
-    row_weight[row] = topk_weights[i];
+__device__ void scatter_range(const RoutingParams& rp, int begin, int stride) {
+  const int total = rp.num_tokens * P::kTopK;
+  for (int i = begin; i < total; i += stride) {
+    int slot = __ldcg(rp.slot_in_expert + i);
+    int row = -1;
+    if (slot >= 0) {
+      int e = __ldcg(rp.topk_ids + i);
+      row = __ldcg(rp.offsets + e - P::kExpertBegin) + slot;
+      rp.row_token[row] = i / P::kTopK;
+      rp.row_weight[row] = __ldcg(rp.topk_weights + i);
+    }
+    rp.token_row[i] = row;
   }
-  token_row[i] = row;
+}
+
+// Large batches scatter with the whole GPU.
+template <class P>
+__global__ void scatter_kernel(RoutingParams rp) {
+  pdl_wait();
+  pdl_launch_dependents();
+  scatter_range<P>(rp, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 // out[t, :] = sum over the token's local slots of the weighted GEMM2 rows (zero if none).
@@ -219,6 +270,7 @@ template <class P>
 __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
                                 const __nv_bfloat16* __restrict__ y, __nv_bfloat16* __restrict__ out) {
   constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;  // H is a multiple of 32
+  pdl_wait();
   int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= num_tokens * PER_ROW) return;
   int t = idx / PER_ROW, c = (idx % PER_ROW) * VEC;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "moegen/mxfp4_convert.cuh"
+#include "moegen/pdl.cuh"
 
 namespace moegen::sm90 {
 using namespace cute;
@@ -46,7 +47,9 @@ struct GemmParams {
   const int32_t* num_work;       // [1]
   const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
   __nv_bfloat16* out;            // epilogue output
+  int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
 };
+
 
 template <int BM_, int BN_, int BK_, int Stages_>
 struct TileShape {
@@ -112,11 +115,14 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
 
+  // Launched early (PDL): GEMM2 may read its schedule and stream weights while GEMM1 drains; its
+  // B rows (GEMM1's output) wait for pdl_wait().  L2-only loads: the schedule is rewritten per call.
+  if (!p.schedule_ready) pdl_wait();
   const int work = blockIdx.x;
-  if (work >= *p.num_work) return;  // the grid is sized for the worst routing; idle tiles leave
-  const int expert = p.work_expert[work];
-  const int row0 = p.work_row0[work];
-  const int row_end = p.offsets[expert + 1];
+  if (work >= __ldcg(p.num_work)) return;  // the grid is sized for the worst routing; idle tiles leave
+  const int expert = __ldcg(p.work_expert + work);
+  const int row0 = __ldcg(p.work_row0 + work);
+  const int row_end = __ldcg(p.offsets + expert + 1);
   const int m_tile = blockIdx.y;
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -141,7 +147,7 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
     b_kc[i] = c % G::kBChunksPerRow;
     int r = row0 + b_row[i];
     b_row_ok[i] = c < G::kBChunks && r < row_end;
-    int src = b_row_ok[i] ? (p.act_row ? p.act_row[r] : r) : 0;
+    int src = b_row_ok[i] ? (p.act_row ? __ldcg(p.act_row + r) : r) : 0;
     b_src[i] = p.act + size_t(src) * K + b_kc[i] * 8;
   }
 
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
     __syncthreads();
   }
 
-  auto load_stage = [&](int kt) {
+  auto load_b = [&](int kt) {
     const int slot = kt % Stages;
     const int k0 = kt * BK;
     CUTE_UNROLL
@@ -164,6 +170,9 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
         cp_async_16(raw_pointer_cast(&sB(b_row[i], b_kc[i] * 8, slot)), ok ? b_src[i] + k0 : p.act, ok);
       }
     }
+  };
+  auto load_a = [&](int kt) {
+    const int slot = kt % Stages;
     CUTE_UNROLL
     for (int i = 0; i < G::kAChunks / G::kThreads; ++i) {
       int c = tid + i * G::kThreads;         // chunk within the stage: [wg][atom k][128 chunks]
@@ -231,17 +240,24 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
   };
 
   // ---- mainloop: loads run kLoadDistance tiles ahead, one wgmma batch stays in flight --------
+  // Prologue: weights first (they do not depend on the previous kernel), then the B rows. Stage
+  // kt's group may hold later stages' weights too; waiting for it is only stronger.
   constexpr int D = G::kLoadDistance;
   CUTE_UNROLL
+  for (int kt = 0; kt < D; ++kt)
+    if (kt < G::kKTiles) load_a(kt);
+  if (p.schedule_ready) pdl_wait();
+  pdl_launch_dependents();
+  CUTE_UNROLL
   for (int kt = 0; kt < D; ++kt) {
-    if (kt < G::kKTiles) load_stage(kt);
+    if (kt < G::kKTiles) load_b(kt);
     cp_async_commit();
   }
   auto step = [&](auto& frag, int kt) {
     cp_async_wait<D - 1>();
     cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
     __syncthreads();
-    if (kt + D < G::kKTiles) load_stage(kt + D);
+    if (kt + D < G::kKTiles) { load_a(kt + D); load_b(kt + D); }
     cp_async_commit();
     convert(frag, kt % Stages);
     mma_tile(frag, kt % Stages);
@@ -269,9 +285,7 @@ int launch_grouped_gemm(const GemmParams& p, int max_work, cudaStream_t stream) 
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
     if (e != cudaSuccess) return int(e);
   }
-  dim3 grid(max_work, G::kMTiles);
-  kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(p);
-  return int(cudaGetLastError());
+  return int(launch_pdl(kernel, dim3(max_work, G::kMTiles), dim3(G::kThreads), G::kSmemBytes, stream, p));
 }
 
 }  // namespace moegen::sm90

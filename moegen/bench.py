@@ -55,6 +55,24 @@ def _median_time_ms(fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def replay_times_us(graphs: list, reps: int) -> list[float]:
+    """Each graph replayed once to warm up, then `reps` rounds over all of them (inputs rotate),
+    each replay timed alone with CUDA events."""
+    for g in graphs:
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        for g in graphs:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3)
+    return times
+
+
 def measure_ceilings(device="cuda") -> Ceilings:
     x = torch.empty(1 << 30, dtype=torch.float32, device=device).normal_()  # 4 GiB read per sum
     ms = _median_time_ms(lambda: torch.sum(x), 20)
@@ -93,20 +111,8 @@ def bench_layer(layer: MoeLayer, tokens: list[int], ceilings: Ceilings, reps: in
             with torch.cuda.graph(g):
                 layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))
             graphs.append((g, x))  # keep the inputs alive with their graph
-        for g, _ in graphs:
-            g.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            for g, _ in graphs:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) * 1e3)
+        times = sorted(replay_times_us([g for g, _ in graphs], reps))
         del graphs
-        times.sort()
         med = statistics.median(times)
         wbytes = statistics.mean(hit) * expert_bytes(spec)
         local_slots = T * spec.top_k * spec.local_experts / spec.num_experts
@@ -194,15 +200,4 @@ class LayerProfiler:
             with torch.cuda.graph(g):
                 self.layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(gemm1, gemm2))
             graphs.append(g)
-        for g in graphs:
-            g.replay()
-        times = []
-        for _ in range(self.reps):
-            for g in graphs:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) * 1e3)
-        return statistics.median(times)
+        return statistics.median(replay_times_us(graphs, self.reps))

@@ -39,7 +39,7 @@ fi
 
 step tune
 if [ -z "${SKIP_TUNE:-}" ]; then  # the default model's library as built/carried (build --kernels all first)
-  python3 -m moegen tune --model deepseek-v4-flash --no-build > "$OUT/tune.log" 2>&1 || status=1
+  python3 -m moegen tune --model deepseek-v4-flash --no-build ${TUNE_BUCKETS:+--buckets $TUNE_BUCKETS} > "$OUT/tune.log" 2>&1 || status=1
   tail -16 "$OUT/tune.log"
   cp generated/deepseek-v4-flash/sm90/dispatch/*.json "$OUT/" 2>/dev/null
 fi

@@ -1,9 +1,11 @@
 """Two layer calls at one token count; profile the second with ncu (tools/gpu_check.sh does not).
 
-    ncu --clock-control none -k regex:"grouped_gemm|route|schedule|scatter|finalize" --launch-skip 6 \
-        --launch-count 6 python3 tools/profile_run.py deepseek-v4-flash 1
+    ncu --clock-control none -k regex:"grouped_gemm|route|scatter|finalize" --launch-skip 5 \
+        --launch-count 5 python3 tools/profile_run.py deepseek-v4-flash 1 [build-dir]
+The build dir defaults to the tests' build; pass generated/<model>/sm90 for a tuned library.
 """
 import sys
+from pathlib import Path
 
 import torch
 
@@ -14,9 +16,10 @@ from moegen.testing import random_inputs, random_weights
 
 model, T = sys.argv[1], int(sys.argv[2])
 spec = load_model(model)
-layer = load(DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
+layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
 w = random_weights(spec, "cuda", 1)
 x = random_inputs(spec, T, "cuda", 2)
+print("kernels:", [layer.kernels[i].name for i in layer.choose_kernels(T)])
 for _ in range(2):
     layer(x.hidden, x.logits, w.prepared, x.score_bias)
 torch.cuda.synchronize()

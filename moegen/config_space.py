@@ -60,6 +60,11 @@ def a_fragment_registers(c: KernelConfig) -> int:
     return 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments
 
 
+def b_copy_registers(c: KernelConfig) -> int:
+    # each thread keeps source pointer, smem offset and bounds of its fixed B chunks (~5 registers)
+    return 5 * (c.block_n * c.block_k // 8) // (c.block_m * 2)
+
+
 # --- SM90 ------------------------------------------------------------------------------------
 SM90_BLOCK_M = (64, 128)
 SM90_BLOCK_N = (8, 16, 32, 64, 128, 256)
@@ -71,8 +76,8 @@ Rule = tuple[str, Callable[[KernelConfig, GemmShape], bool]]
 SM90_RULES: list[Rule] = [
     ("block_k must divide the 64-padded K: prepared atoms end there", lambda c, s: s.k_padded % c.block_k == 0),
     ("shared memory per CTA is at most 227 KiB on SM90", lambda c, s: smem_bytes(c) <= SM90_SMEM_LIMIT),
-    ("accumulators + A fragments must leave registers for addresses (255 cap)",
-     lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= 176),
+    ("accumulators + A fragments + B-copy state must stay near 200 of the 255 registers, or ptxas spills",
+     lambda c, s: accumulator_registers(c) + a_fragment_registers(c) + b_copy_registers(c) <= 200),
     ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
      lambda c, s: c.stages - 2 <= max(1, s.k_padded // c.block_k)),
     ("3 stages prefetch a single tile, too little to hide HBM latency unless the K loop is that short",

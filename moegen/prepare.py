@@ -8,8 +8,9 @@ scales ``[E, N, K/32]`` uint8.  Output, per GEMM:
   fragment at k16 step kk, their bits placed for the converter (``e2m1_word_bits``,
   ``_atom_index_tables``).  One 16-byte load per thread per atom.
 * ``scales`` ``[E, Npad/64, Kpad/64, 128]`` uint8: byte ``32*warp + 4*g + b`` is the scale of
-  fragment row ``16*warp + g + 8*(b%2)`` for the 32-wide K group ``b//2``, stored as
-  ``e8m0 - shift[e]`` clamped to [0, 128] so the kernel's bf16 multiplier 2^(s-1) is always normal.
+  fragment row ``16*warp + g + 8*(b%2)`` for the 32-wide K group ``b//2``: s = ``e8m0 - shift[e]``
+  clamped to [0, 128] (so the kernel's bf16 multiplier 2^(s-1) is always normal), stored as
+  s + 126, the multiplier's bf16 exponent field; padding stores 0 (a zero multiplier).
 * ``expert_scale`` ``[E]`` float32 = 2^shift[e], applied in fp32 by the epilogue.
 
 GEMM1 rows are reordered so that within every 16 rows, rows 0-7 are gate rows j..j+7 and rows 8-15
@@ -28,6 +29,7 @@ from .spec import ModelSpec
 ATOM_ROWS, ATOM_K = 64, 64
 ROW_PAD = 128  # rows padded so both 64- and 128-row CTA tiles stay inside the tensor
 MAX_STORED_SCALE = 128  # largest s with 2^(s-1) a normal bf16
+SCALE_BYTE_BIAS = 126  # stored byte = s + 126 = the bf16 exponent field of the multiplier 2^(s-1)
 E8M0_NAN = 255
 GATE_UP_ORDERS = ("gate_up", "up_gate", "interleaved")
 
@@ -127,7 +129,7 @@ def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch
     c[:, :N, :K] = codes
     exp = e8m0.to(torch.int32)
     shift = (exp.amax(dim=(1, 2)) - MAX_STORED_SCALE).clamp(min=0) if exp.numel() else torch.zeros(E, dtype=torch.int32, device=dev)
-    stored = (exp - shift.view(E, 1, 1)).clamp(0, MAX_STORED_SCALE).to(torch.uint8)
+    stored = ((exp - shift.view(E, 1, 1)).clamp(0, MAX_STORED_SCALE) + SCALE_BYTE_BIAS).to(torch.uint8)
     s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)
     s[:, :N, : K // 32] = stored
 

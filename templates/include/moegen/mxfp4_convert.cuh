@@ -6,18 +6,21 @@
 //    8..6, which reads as  value * 2^-126  (e2m1 bias 1 vs bf16 bias 127; 0.5 lands on a bf16
 //    subnormal, which half-precision arithmetic keeps);
 //  * one bf16x2 multiply by 2^(s-1) restores the bias and applies the block scale 2^(s-127).
-//    prepare stores s in [0, 128] (the e8m0 exponent minus a per-expert shift that the epilogue
-//    multiplies back in fp32), so 2^(s-1) is always a normal bf16 and the product is exact.
+//    s is the e8m0 exponent minus a per-expert shift (multiplied back in fp32 by the epilogue),
+//    clamped to [0, 128], so 2^(s-1) is always a normal bf16 and the product is exact.  prepare
+//    stores the byte s + 126, which is 2^(s-1)'s bf16 exponent field: one byte permute and one
+//    shift make the multiplier (padding stores 0: a zero multiplier).
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 namespace moegen {
 
-// bf16x2 with both halves 2^(s-1); s = stored scale byte in [0, 128].
-__device__ __forceinline__ uint32_t scale_multiplier_bf16x2(uint32_t s) {
-  uint32_t bits = (s + 126u) << 7;  // bf16 exponent field of 2^(s-1)
-  return bits | (bits << 16);
+// bf16x2 with both halves 2^(s-1), from byte `b` of a word of stored scale bytes (s + 126 each).
+template <int b>
+__device__ __forceinline__ uint32_t scale_multiplier_bf16x2(uint32_t scale_word) {
+  constexpr uint32_t kSelect = b | (4 << 4) | (b << 8) | (4 << 12);  // [byte b, 0, byte b, 0]
+  return __byte_perm(scale_word, 0u, kSelect) << 7;
 }
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {

@@ -99,10 +99,9 @@ struct GroupedGemm {
   static_assert(kSChunks <= kThreads, "one scale chunk per thread at most");
 };
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  int src_size = valid ? 16 : 0;  // zero-fill rows past the expert's tokens and K past the end
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_size));
+__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, bool valid) {
+  int src_size = valid ? 16 : 0;  // zero-fill K past the end
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_size));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -136,20 +135,51 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
   const uint8_t* s_tile = p.w_scales + ((size_t(expert) * (G::kNPad / kAtomRows) + m_tile * G::kWarpGroups) *
                                         kAtomsKTotal) * kAtomScaleBytes;
 
+  // Per-thread copy slices are fixed for the whole K loop: resolve their addresses once (the
+  // swizzled smem offset costs dozens of integer ops per chunk), then each tile adds k0 / slot.
   Tensor sB = make_tensor(make_smem_ptr(ss.b), typename G::SmemLayoutB{});
+  constexpr uint32_t kBStageBytes = uint32_t(sizeof(ss.b)) / Stages;
+  const uint32_t b_smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(ss.b));
   const __nv_bfloat16* b_src[G::kBChunksPerThread];
-  int b_row[G::kBChunksPerThread], b_kc[G::kBChunksPerThread];
+  uint32_t b_smem[G::kBChunksPerThread];
+  int b_kend[G::kBChunksPerThread];  // the chunk holds data while k0 < b_kend
   bool b_row_ok[G::kBChunksPerThread];
   CUTE_UNROLL
   for (int i = 0; i < G::kBChunksPerThread; ++i) {
     int c = tid + i * G::kThreads;
-    b_row[i] = c / G::kBChunksPerRow;
-    b_kc[i] = c % G::kBChunksPerRow;
-    int r = row0 + b_row[i];
+    int row = c / G::kBChunksPerRow, kc = c % G::kBChunksPerRow;
+    int r = row0 + row;
     b_row_ok[i] = c < G::kBChunks && r < row_end;
     int src = b_row_ok[i] ? (p.act_row ? __ldcg(p.act_row + r) : r) : 0;
-    b_src[i] = p.act + size_t(src) * K + b_kc[i] * 8;
+    b_src[i] = p.act + size_t(src) * K + kc * 8;
+    b_kend[i] = K - kc * 8;
+    b_smem[i] = b_row_ok[i] ? b_smem_base + uint32_t(reinterpret_cast<const uint8_t*>(
+                                  raw_pointer_cast(&sB(row, kc * 8, 0))) - reinterpret_cast<const uint8_t*>(ss.b))
+                            : 0u;
   }
+  constexpr int kAPerThread = G::kAChunks / G::kThreads;
+  const uint8_t* a_src[kAPerThread];
+  uint32_t a_smem[kAPerThread];
+  CUTE_UNROLL
+  for (int i = 0; i < kAPerThread; ++i) {
+    int c = tid + i * G::kThreads;     // chunk within the stage: [wg][atom k][128 chunks]
+    int atom = c / (kAtomBytes / 16);  // wg * kAtomsK + atom_k
+    int within = c % (kAtomBytes / 16);
+    int awg = atom / kAtomsK, ak = atom % kAtomsK;
+    a_src[i] = w_tile + (size_t(awg) * kAtomsKTotal + ak) * kAtomBytes + within * 16;
+    a_smem[i] = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[0][awg][ak][within * 16]));
+  }
+  const bool s_copier = tid < G::kSChunks;
+  const uint8_t* s_src = s_tile;
+  uint32_t s_smem = 0;
+  if (s_copier) {
+    int atom = tid / (kAtomScaleBytes / 16);
+    int within = tid % (kAtomScaleBytes / 16);
+    int awg = atom / kAtomsK, ak = atom % kAtomsK;
+    s_src = s_tile + (size_t(awg) * kAtomsKTotal + ak) * kAtomScaleBytes + within * 16;
+    s_smem = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.s[0][awg][ak][within * 16]));
+  }
+  constexpr uint32_t kAStageBytes = uint32_t(sizeof(ss.a[0])), kSStageBytes = uint32_t(sizeof(ss.s[0]));
 
   // Token rows past the expert's end stay zero for the whole K loop: zero the ring once and never
   // copy them (at decode most of a tile's rows are such padding).  Zero before any cp.async lands.
@@ -161,34 +191,23 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
   }
 
   auto load_b = [&](int kt) {
-    const int slot = kt % Stages;
+    const uint32_t slot_off = uint32_t(kt % Stages) * kBStageBytes;
     const int k0 = kt * BK;
     CUTE_UNROLL
     for (int i = 0; i < G::kBChunksPerThread; ++i) {
       if (b_row_ok[i]) {  // K past the end is zero-filled: the slot may hold an earlier tile's data
-        bool ok = k0 + b_kc[i] * 8 < K;
-        cp_async_16(raw_pointer_cast(&sB(b_row[i], b_kc[i] * 8, slot)), ok ? b_src[i] + k0 : p.act, ok);
+        const bool ok = (G::kK % BK == 0) || k0 < b_kend[i];
+        cp_async_16(b_smem[i] + slot_off, ok ? b_src[i] + k0 : p.act, ok);
       }
     }
   };
   auto load_a = [&](int kt) {
-    const int slot = kt % Stages;
+    const uint32_t slot = uint32_t(kt % Stages);
+    const size_t k_off = size_t(kt) * kAtomsK;
     CUTE_UNROLL
-    for (int i = 0; i < G::kAChunks / G::kThreads; ++i) {
-      int c = tid + i * G::kThreads;         // chunk within the stage: [wg][atom k][128 chunks]
-      int atom = c / (kAtomBytes / 16);      // wg * kAtomsK + atom_k
-      int within = c % (kAtomBytes / 16);
-      int awg = atom / kAtomsK, ak = atom % kAtomsK;
-      const uint8_t* src = w_tile + (size_t(awg) * kAtomsKTotal + kt * kAtomsK + ak) * kAtomBytes + within * 16;
-      cp_async_16(&ss.a[slot][awg][ak][within * 16], src, true);
-    }
-    if (tid < G::kSChunks) {
-      int atom = tid / (kAtomScaleBytes / 16);
-      int within = tid % (kAtomScaleBytes / 16);
-      int awg = atom / kAtomsK, ak = atom % kAtomsK;
-      const uint8_t* src = s_tile + (size_t(awg) * kAtomsKTotal + kt * kAtomsK + ak) * kAtomScaleBytes + within * 16;
-      cp_async_16(&ss.s[slot][awg][ak][within * 16], src, true);
-    }
+    for (int i = 0; i < kAPerThread; ++i)
+      cp_async_16(a_smem[i] + slot * kAStageBytes, a_src[i] + k_off * kAtomBytes, true);
+    if (s_copier) cp_async_16(s_smem + slot * kSStageBytes, s_src + k_off * kAtomScaleBytes, true);
   };
 
   // ---- consumer state ------------------------------------------------------------------------
@@ -214,13 +233,14 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
       const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][wg][ak][wg_tid * 16]);
       const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][wg][ak][warp * 32 + g * 4]);
       const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
+      // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
+      const uint32_t mul[4] = {scale_multiplier_bf16x2<0>(sw), scale_multiplier_bf16x2<1>(sw),
+                               scale_multiplier_bf16x2<2>(sw), scale_multiplier_bf16x2<3>(sw)};
       CUTE_UNROLL
       for (int kk = 0; kk < 4; ++kk) {
         const int kg = kk / 2;  // which 32-wide scale group of the atom
-        uint32_t mul_g = scale_multiplier_bf16x2((sw >> (16 * kg)) & 0xffu);
-        uint32_t mul_g8 = scale_multiplier_bf16x2((sw >> (16 * kg + 8)) & 0xffu);
         uint32_t out[4];
-        e2m1x8_to_bf16x8(w4[kk], mul_g, mul_g8, out);
+        e2m1x8_to_bf16x8(w4[kk], mul[2 * kg], mul[2 * kg + 1], out);
         CUTE_UNROLL
         for (int j = 0; j < 4; ++j) regs[(ak * 4 + kk) * 4 + j] = out[j];
       }

@@ -147,3 +147,34 @@ def test_input_checks():
         layer(buf[1:].view(4, spec.hidden_size), x.logits, w.prepared, x.score_bias)
     with pytest.raises(RuntimeError, match="gemm1_kernel = 99"):
         layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(99, 0))
+
+
+def test_dispatch_table_is_used_and_missing_table_warns(tmp_path):
+    """With no table for this GPU the runtime warns once and uses the heuristic; with one it follows it."""
+    import json
+    import shutil
+    import warnings
+
+    from moegen import tune
+
+    layer, _ = _layer("qwen3-30b-a3b")
+    copy = tmp_path / "qwen3"
+    shutil.copytree(layer.out_dir, copy, ignore=shutil.ignore_patterns("obj", "src", "logs", "dispatch"))
+    plain = load(copy, spec=layer.spec)
+    tune._warned.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert plain.choose_kernels(1) == tune.heuristic_choice(plain.kernels, plain.spec, 1)
+        plain.choose_kernels(4096)
+    assert len([w for w in seen if "no dispatch table" in str(w.message)]) == 1
+    g1 = [i for i, k in enumerate(plain.kernels) if k.gemm == "gemm1"]
+    g2 = [i for i, k in enumerate(plain.kernels) if k.gemm == "gemm2"]
+    # a table that picks the *non*-heuristic kernels, so following it is observable
+    pick = (g1[-1], g2[0])
+    choices = {1: (pick[0], pick[1], 1.0), 8: (g1[0], g2[-1], 2.0)}
+    table = tune.make_table(plain.spec, "sm90", plain.manifest["fingerprint"], plain.gpu, plain.kernels, choices, [])
+    tune.save_table(copy, table)
+    tuned = load(copy, spec=layer.spec)
+    assert tuned.dispatch is not None, tuned.dispatch_note
+    assert tuned.choose_kernels(1) == pick and tuned.choose_kernels(5) == (g1[0], g2[-1])
+    assert json.loads(tune.table_path(copy, tuned.gpu).read_text())["buckets"][0]["tokens"] == 1

@@ -107,9 +107,12 @@ def candidate_configs(spec: ModelSpec, arch: str) -> list[KernelConfig]:
     return out
 
 
-# Default build: one decode-shaped and one prefill-shaped kernel per GEMM, first valid of each list.
+# Default build, per GEMM: a decode, a mid-batch and a prefill kernel, the first valid of each list
+# (the H200 tuner's winners for deepseek-v4-flash: n8 up to ~64 tokens, n32-n64 around 256-1024,
+# m128n128 from 4096; docs/benchmarks.md).
 SM90_DEFAULTS = {
-    "decode": [(64, 16, 128, 6), (64, 16, 64, 8), (64, 16, 64, 4), (64, 16, 64, 3)],
+    "decode": [(64, 8, 128, 8), (64, 8, 64, 8), (64, 8, 64, 4), (64, 8, 64, 3)],
+    "mid": [(64, 32, 128, 4), (64, 32, 64, 4), (64, 32, 64, 3)],
     "prefill": [(128, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 3)],
 }
 

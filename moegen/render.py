@@ -46,6 +46,7 @@ def problem_header(spec: ModelSpec) -> str:
                   hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
                   router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,
                   group_score_enum=_GROUP_SCORE_ENUM[r.group_score], renormalize=_cpp_bool(r.renormalize),
+                  score_bias=_cpp_bool(r.score_bias),
                   routed_scaling_factor=_cpp_float(r.routed_scaling_factor),
                   activation_enum=_ACTIVATION_ENUM[a.kind], has_limit=_cpp_bool(a.limit is not None),
                   limit=_cpp_float(a.limit if a.limit is not None else 0.0), alpha=_cpp_float(a.alpha),

@@ -75,6 +75,7 @@ def test_problem_header_deepseek_v4_flash():
     assert k["kRouter"] == "moegen::kSigmoidGroupTopK"
     assert k["kGroups"] == "8" and k["kTopKGroups"] == "4"
     assert k["kGroupScore"] == "moegen::kGroupMax"
+    assert k["kScoreBias"] == "true"
     assert k["kRenormalize"] == "true"
     assert k["kScaling"] == "1.0f"
     assert k["kActivation"] == "moegen::kSwiGLU"
@@ -97,6 +98,7 @@ def test_problem_header_deepseek_v3_and_qwen():
     assert k["kGroupScore"] == "moegen::kGroupTop2Sum" and k["kScaling"] == "2.5f"
     k = constants(render.problem_header(load_model("qwen3-30b-a3b")))
     assert k["kRouter"] == "moegen::kSoftmaxTopK"
+    assert k["kScoreBias"] == "false"
     assert k["kHasLimit"] == "false"
 
 

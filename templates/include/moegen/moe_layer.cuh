@@ -110,7 +110,7 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
     return fail(-1, "logits_dtype = %d: expected MOEGEN_LOGITS_F32 or MOEGEN_LOGITS_BF16", a.logits_dtype);
   if ((P::kBias13 && !a.b13) || (P::kBias2 && !a.b2))
     return fail(-1, "this model has per-expert GEMM biases: b13 and b2 are required");
-  if (P::kRouter == kSigmoidGroupTopK && !a.score_bias)
+  if (P::kScoreBias && !a.score_bias)
     return fail(-1, "this router selects with a per-expert score bias: score_bias is required");
   const size_t need = Workspace<P>::bytes(a.num_tokens);
   if (a.workspace_bytes < need || (reinterpret_cast<uintptr_t>(a.workspace) & 255))

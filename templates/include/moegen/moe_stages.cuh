@@ -82,7 +82,7 @@ __device__ void route_token(const RoutingParams& rp, int t, int warp, int lane, 
       if (e < E) {
         float s = 1.0f / (1.0f + expf(-l));
         weight_src[i] = s;
-        sel[i] = s + (score_bias ? score_bias[e] : 0.0f);
+        sel[i] = P::kScoreBias ? s + score_bias[e] : s;
       }
     }
   }

@@ -45,7 +45,7 @@ if [ -z "${SKIP_TUNE:-}" ]; then  # the default model's library as built/carried
 fi
 
 step bench
-python3 -m moegen bench --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
+[ -n "${SKIP_BENCH:-}" ] || python3 -m moegen bench --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
   --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -12 || status=1
 echo "gpu_check status $status"
 exit $status

@@ -9,7 +9,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-from .spec import GpuSpec, ModelSpec
+from .spec import ModelSpec
 
 ATOM_K = 64  # prepared weights come in 64-row x 64-K atoms (templates/include/moegen/sm90_mxfp4_grouped_gemm.cuh)
 ROW_PAD = 128  # prepared weight rows are padded to this (largest block_m)
@@ -146,6 +146,3 @@ def check_configs(spec: ModelSpec, configs: list[KernelConfig]) -> None:
         if reason:
             raise ValueError(f"kernel config {c.name}: invalid for {spec.variant}: {reason}")
 
-
-def gpu_supports(gpu: GpuSpec, arch: str) -> bool:
-    return gpu.arch == arch

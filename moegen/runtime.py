@@ -143,9 +143,6 @@ class MoeLayer:
         self.kernels: list[KernelConfig] = [parse_kernel_name(n) for n in names]
         self.dispatch, self.dispatch_note = load_dispatch(out_dir, gpu, manifest["fingerprint"], names)
 
-    def kernel_index(self, name: str) -> int:
-        return [k.name for k in self.kernels].index(name)
-
     def choose_kernels(self, num_tokens: int) -> tuple[int, int]:
         """(gemm1, gemm2) kernel indices: from this GPU's tuned dispatch table, else the documented
         heuristic (moegen.tune.heuristic_choice) with a one-time warning."""

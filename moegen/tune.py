@@ -52,6 +52,8 @@ class Measurement:
 
 
 def rows_per_expert(spec: ModelSpec, tokens: int) -> float:
+    """Average rows an expert receives: T * top_k / E over all experts (expert parallelism does not
+    change it, each rank just owns fewer experts)."""
     return tokens * spec.top_k / spec.num_experts
 
 
@@ -69,9 +71,9 @@ def pruned(c: KernelConfig, rows: float) -> str | None:
 
 
 def heuristic_choice(kernels: list[KernelConfig], spec: ModelSpec, tokens: int) -> tuple[int, int]:
-    """The documented fallback: per GEMM, the smallest block_n covering the average rows per local
-    expert (ties: fewer weight rows per CTA, then deeper pipelines), else the largest block_n."""
-    rows = tokens * spec.top_k / spec.local_experts
+    """The documented fallback: per GEMM, the smallest block_n covering the average rows per expert
+    (ties: fewer weight rows per CTA, then deeper pipelines), else the largest block_n."""
+    rows = rows_per_expert(spec, tokens)
     picks = []
     for gemm in ("gemm1", "gemm2"):
         cands = [(i, k) for i, k in enumerate(kernels) if k.gemm == gemm]

@@ -98,7 +98,7 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k2880) == SM90_RULES[0][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 64, 8), k4096) == SM90_RULES[1][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 256, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 8), cs.GemmShape(256, 128)) == SM90_RULES[3][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), k4096) == SM90_RULES[4][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), cs.GemmShape(256, 256)) is None

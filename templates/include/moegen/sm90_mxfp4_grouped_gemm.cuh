@@ -4,14 +4,15 @@
 // widened from e2m1 in registers), tokens are the N side (B operand, bf16 in shared memory).
 // One CTA computes a BM x BN tile of  out^T[weight row, token row]  for one expert: blockIdx.x
 // picks a work tile (expert, first token row) from the schedule the routing stage built on the
-// device, blockIdx.y picks the weight-row tile. A cp.async ring of `Stages` slots feeds both
-// operands; weights stream in the layout moegen.prepare writes (one 16-byte load per thread
-// per 64x64 atom), activations are gathered by row index straight into the swizzled smem tile.
+// device, and the weight-row tile.  A ring of `Stages` shared-memory slots feeds both operands:
+// weights arrive by bulk copy in the layout moegen.prepare writes (contiguous 64x64 atoms),
+// activations are gathered by row index with cp.async straight into the swizzled smem tile.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/arch/mma_sm90.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -54,19 +55,28 @@ struct GemmParams {
 template <int BM_, int BN_, int BK_, int Stages_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
-  static constexpr int kWarpGroups = BM / 64;
-  static constexpr int kThreads = 128 * kWarpGroups;
-  static_assert(BM % 64 == 0 && BM <= 256, "BM: 64 weight rows per consumer warpgroup");
+  static constexpr int kConsumers = BM / 64;  // consumer warpgroups, 64 weight rows each
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  // One consumer warpgroup: one producer warp (a producer warpgroup's registers would halve the
+  // CTAs an SM holds at decode).  Two: a producer warpgroup that hands registers to the consumers
+  // with setmaxnreg (the accumulators of a 128 x 256 tile need them).
+  static constexpr int kProducerWarps = kConsumers > 1 ? 4 : 1;
+  static constexpr bool kRegisterHandoff = kConsumers > 1;
+  static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;  // 128*56 + 256*224 <= 64K
+  static constexpr int kThreads = kConsumerThreads + 32 * kProducerWarps;
+  static_assert(BM % 64 == 0 && BM <= 128, "BM: 64 weight rows per consumer warpgroup, at most two");
   static_assert(BK % kAtomK == 0, "BK: whole prepared atoms along K");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: a wgmma N");
-  static_assert(Stages >= 3, "the ring keeps one wgmma in flight and one slot loading");
+  static_assert(Stages >= 3, "two slots are held by the wgmmas in flight; a third keeps loading");
 };
 
-template <class Tile, int N, int K, class Epilogue>
+template <class Tile_, int N, int K, class Epilogue>
 struct GroupedGemm {
-  static constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, Stages = Tile::Stages;
+  static constexpr int BM = Tile_::BM, BN = Tile_::BN, BK = Tile_::BK, Stages = Tile_::Stages;
   static constexpr int kN = N, kK = K;  // true (unpadded) output rows and reduction length
-  static constexpr int kWarpGroups = Tile::kWarpGroups, kThreads = Tile::kThreads;
+  using Tiling = Tile_;
+  static constexpr int kConsumers = Tile_::kConsumers, kThreads = Tile_::kThreads;
+  static constexpr int kConsumerThreads = Tile_::kConsumerThreads;
   static constexpr int kKPad = padded_k(K);
   static constexpr int kNPad = padded_rows(N);
   static_assert(kKPad % BK == 0, "config space must only offer BK dividing the padded K");
@@ -74,7 +84,6 @@ struct GroupedGemm {
   static constexpr int kMTiles = ceil_div(N, BM);
   static constexpr int kAtomsK = BK / kAtomK;
   static constexpr int kKBlocks = BK / 16;  // wgmma k16 steps per K tile
-  static constexpr int kLoadDistance = Stages - 2;
 
   using Mma = decltype(make_tiled_mma(
       SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<BN>, Int<BK>>>()));
@@ -83,134 +92,170 @@ struct GroupedGemm {
 
   struct SharedStorage {
     alignas(1024) bfloat16_t b[cosize_v<SmemLayoutB>];
-    alignas(128) uint8_t a[Stages][kWarpGroups][kAtomsK][kAtomBytes];
-    alignas(128) uint8_t s[Stages][kWarpGroups][kAtomsK][kAtomScaleBytes];
+    alignas(128) uint8_t a[Stages][kConsumers][kAtomsK][kAtomBytes];
+    alignas(128) uint8_t s[Stages][kConsumers][kAtomsK][kAtomScaleBytes];
+    uint64_t full[Stages];   // weights (bulk copy bytes) + B rows (producer lanes' cp.async) landed
+    uint64_t empty[Stages];  // every consumer thread's wgmma reading the slot retired
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static constexpr uint32_t kWeightBytesPerStage = kConsumers * kAtomsK * (kAtomBytes + kAtomScaleBytes);
 
-  // B rows are 16-byte chunks of 8 bf16; each thread owns a fixed set of (row, chunk) slots.
+  // B copies: lane = (rr, kq) of producer warp w copies rows rr + 8 (w + W i) (one swizzle phase, so each destination
+  // is a base + compile-time offset) and the 16-byte chunks kq, kq+4, ... of each row's BK values.
+  static constexpr int kProducerWarps = Tile_::kProducerWarps;
+  static_assert((BN / 8) % kProducerWarps == 0, "every producer warp copies the same number of rows");
+  static constexpr int kBRowsPerLane = BN / 8 / kProducerWarps;
   static constexpr int kBChunksPerRow = BK / 8;
-  static constexpr int kBChunks = BN * kBChunksPerRow;
-  static constexpr int kBChunksPerThread = ceil_div(kBChunks, kThreads);
-  // Weight bytes per stage in 16-byte chunks.
-  static constexpr int kAChunks = kWarpGroups * kAtomsK * (kAtomBytes / 16);
-  static constexpr int kSChunks = kWarpGroups * kAtomsK * (kAtomScaleBytes / 16);
-  static_assert(kAChunks % kThreads == 0, "every thread copies the same number of weight chunks");
-  static_assert(kSChunks <= kThreads, "one scale chunk per thread at most");
+  static constexpr int kBChunksPerLaneRow = kBChunksPerRow / 4;
 };
 
 __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, bool valid) {
   int src_size = valid ? 16 : 0;  // zero-fill K past the end
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_size));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t smem, const void* gmem, uint32_t bytes, uint32_t mbar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(smem), "l"(gmem), "r"(bytes), "r"(mbar) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t mbar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t mbar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(mbar) : "memory");
+}
+// Arrives once every cp.async this thread issued so far has landed (the count was set at init).
+__device__ __forceinline__ void mbar_arrive_on_cp_async(uint32_t mbar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase) : "memory");
+}
 
+// Warp-specialized: warps 0..4C-1 are C consumer warpgroups (widen weights, wgmma, epilogue), the
+// rest produce.  Per K tile the first producer lane bulk-copies each consumer's contiguous
+// weight atoms and scales (one instruction each, counted in bytes on the slot's `full` barrier)
+// and all producer lanes gather the token rows with cp.async, arriving on `full` when theirs land.
+// Consumers release a slot through `empty` once the wgmma that read it retired: no CTA-wide
+// barrier in the K loop, and loads run up to Stages tiles ahead of the tensor cores.
 template <class G, class Epilogue>
-__global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p) {
+__global__ void __launch_bounds__(G::kThreads, 1) grouped_gemm_kernel(GemmParams p) {
   using namespace cute;
-  constexpr int BN = G::BN, BK = G::BK, Stages = G::Stages, K = G::kK;
+  constexpr int BN = G::BN, BK = G::BK, Stages = G::Stages, K = G::kK, kKTiles = G::kKTiles;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
 
   // Launched early (PDL): GEMM2 may read its schedule and stream weights while GEMM1 drains; its
   // B rows (GEMM1's output) wait for pdl_wait().  L2-only loads: the schedule is rewritten per call.
   if (!p.schedule_ready) pdl_wait();
-  const int work = blockIdx.x;
+  // CTAs of one work tile (all its weight-row tiles) are consecutive: they run together and share
+  // its token rows through L2, which then come from HBM once rather than once per row tile.
+  const int work = blockIdx.x / G::kMTiles;
+  const int m_tile = blockIdx.x % G::kMTiles;
   if (work >= __ldcg(p.num_work)) return;  // the grid is sized for the worst routing; idle tiles leave
   const int expert = __ldcg(p.work_expert + work);
   const int row0 = __ldcg(p.work_row0 + work);
   const int row_end = __ldcg(p.offsets + expert + 1);
-  const int m_tile = blockIdx.y;
   const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  const int wg_tid = tid % 128;
 
-  // ---- producer state: every thread copies a fixed slice of each stage ----------------------
-  constexpr int kAtomsK = G::kAtomsK;
-  constexpr int kAtomsKTotal = G::kKPad / kAtomK;
-  const uint8_t* w_tile = p.w + ((size_t(expert) * (G::kNPad / kAtomRows) + m_tile * G::kWarpGroups) *
-                                 kAtomsKTotal) * kAtomBytes;
-  const uint8_t* s_tile = p.w_scales + ((size_t(expert) * (G::kNPad / kAtomRows) + m_tile * G::kWarpGroups) *
-                                        kAtomsKTotal) * kAtomScaleBytes;
-
-  // Per-thread copy slices are fixed for the whole K loop: resolve their addresses once (the
-  // swizzled smem offset costs dozens of integer ops per chunk), then each tile adds k0 / slot.
-  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename G::SmemLayoutB{});
-  constexpr uint32_t kBStageBytes = uint32_t(sizeof(ss.b)) / Stages;
-  const uint32_t b_smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(ss.b));
-  const __nv_bfloat16* b_src[G::kBChunksPerThread];
-  uint32_t b_smem[G::kBChunksPerThread];
-  int b_kend[G::kBChunksPerThread];  // the chunk holds data while k0 < b_kend
-  bool b_row_ok[G::kBChunksPerThread];
-  CUTE_UNROLL
-  for (int i = 0; i < G::kBChunksPerThread; ++i) {
-    int c = tid + i * G::kThreads;
-    int row = c / G::kBChunksPerRow, kc = c % G::kBChunksPerRow;
-    int r = row0 + row;
-    b_row_ok[i] = c < G::kBChunks && r < row_end;
-    int src = b_row_ok[i] ? (p.act_row ? __ldcg(p.act_row + r) : r) : 0;
-    b_src[i] = p.act + size_t(src) * K + kc * 8;
-    b_kend[i] = K - kc * 8;
-    b_smem[i] = b_row_ok[i] ? b_smem_base + uint32_t(reinterpret_cast<const uint8_t*>(
-                                  raw_pointer_cast(&sB(row, kc * 8, 0))) - reinterpret_cast<const uint8_t*>(ss.b))
-                            : 0u;
-  }
-  constexpr int kAPerThread = G::kAChunks / G::kThreads;
-  const uint8_t* a_src[kAPerThread];
-  uint32_t a_smem[kAPerThread];
-  CUTE_UNROLL
-  for (int i = 0; i < kAPerThread; ++i) {
-    int c = tid + i * G::kThreads;     // chunk within the stage: [wg][atom k][128 chunks]
-    int atom = c / (kAtomBytes / 16);  // wg * kAtomsK + atom_k
-    int within = c % (kAtomBytes / 16);
-    int awg = atom / kAtomsK, ak = atom % kAtomsK;
-    a_src[i] = w_tile + (size_t(awg) * kAtomsKTotal + ak) * kAtomBytes + within * 16;
-    a_smem[i] = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[0][awg][ak][within * 16]));
-  }
-  const bool s_copier = tid < G::kSChunks;
-  const uint8_t* s_src = s_tile;
-  uint32_t s_smem = 0;
-  if (s_copier) {
-    int atom = tid / (kAtomScaleBytes / 16);
-    int within = tid % (kAtomScaleBytes / 16);
-    int awg = atom / kAtomsK, ak = atom % kAtomsK;
-    s_src = s_tile + (size_t(awg) * kAtomsKTotal + ak) * kAtomScaleBytes + within * 16;
-    s_smem = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.s[0][awg][ak][within * 16]));
-  }
-  constexpr uint32_t kAStageBytes = uint32_t(sizeof(ss.a[0])), kSStageBytes = uint32_t(sizeof(ss.s[0]));
+  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.full[0]));
+  const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.empty[0]));
+  auto full_bar = [&](int slot) { return full0 + 8u * uint32_t(slot); };
+  auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
 
   // Token rows past the expert's end stay zero for the whole K loop: zero the ring once and never
-  // copy them (at decode most of a tile's rows are such padding).  Zero before any cp.async lands.
+  // copy them (at decode most of a tile's rows are such padding).
   {
     uint4* b_words = reinterpret_cast<uint4*>(ss.b);
     constexpr int kWords = int(sizeof(ss.b) / sizeof(uint4));
     for (int i = tid; i < kWords; i += G::kThreads) b_words[i] = make_uint4(0, 0, 0, 0);
-    __syncthreads();
+  }
+  if (tid == 0) {
+    for (int s = 0; s < Stages; ++s) {
+      mbar_init(full_bar(s), 32 * G::kProducerWarps);  // the producer lanes' cp.async arrivals
+      mbar_init(empty_bar(s), G::kConsumerThreads);  // every consumer thread
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid >= G::kConsumerThreads) {
+    // ================================ producer warp(s) ================================
+    if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_dealloc<G::Tiling::kProducerRegisters>();
+    const int lane = tid % 32, pwarp = (tid - G::kConsumerThreads) / 32;
+    constexpr int kAtomsK = G::kAtomsK;
+    constexpr int kAtomsKTotal = G::kKPad / kAtomK;
+    const size_t atom0 = (size_t(expert) * (G::kNPad / kAtomRows) + size_t(m_tile) * G::kConsumers) * kAtomsKTotal;
+    auto issue_weights = [&](int kt) {
+      const int slot = kt % Stages;
+      mbar_expect_tx(full_bar(slot), G::kWeightBytesPerStage);
+      CUTE_UNROLL
+      for (int c = 0; c < G::kConsumers; ++c) {
+        const size_t atom = atom0 + size_t(c) * kAtomsKTotal + size_t(kt) * kAtomsK;
+        bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[slot][c][0][0])),
+                      p.w + atom * kAtomBytes, kAtomsK * kAtomBytes, full_bar(slot));
+        bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.s[slot][c][0][0])),
+                      p.w_scales + atom * kAtomScaleBytes, kAtomsK * kAtomScaleBytes, full_bar(slot));
+      }
+    };
+    // Weights never depend on the previous kernel: start them before pdl_wait.
+    constexpr int kPrologue = Stages < kKTiles ? Stages : kKTiles;
+    const bool weight_issuer = pwarp == 0 && lane == 0;
+    if (weight_issuer) {
+      CUTE_UNROLL
+      for (int kt = 0; kt < kPrologue; ++kt) issue_weights(kt);
+    }
+    if (p.schedule_ready) pdl_wait();
+    pdl_launch_dependents();
+
+    // This lane's rows rr + 8 (pwarp + W i) and chunks kq + 4 h: one swizzle phase (rr), so the
+    // destination of (i, h) is a per-lane base plus compile-time offsets (SW128: chunk' = chunk ^ row % 8).
+    const int rr = lane / 4, kq = lane % 4;
+    const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ss.b)) + (rr + 8 * pwarp) * 128 +
+                            ((kq ^ rr) * 16);
+    constexpr uint32_t kRowStepBytes = 1024u * G::kProducerWarps;
+    constexpr uint32_t kBStageBytes = uint32_t(sizeof(ss.b)) / Stages;
+    constexpr uint32_t kKAtomBytes = (BN / 8) * 1024;  // one 64-wide K column of the tile
+    const __nv_bfloat16* row_src[G::kBRowsPerLane];
+    CUTE_UNROLL
+    for (int i = 0; i < G::kBRowsPerLane; ++i) {
+      const int r = row0 + rr + 8 * (pwarp + G::kProducerWarps * i);
+      row_src[i] = r < row_end ? p.act + size_t(p.act_row ? __ldcg(p.act_row + r) : r) * K + kq * 8 : nullptr;
+    }
+    for (int kt = 0; kt < kKTiles; ++kt) {
+      const int slot = kt % Stages;
+      if (kt >= Stages) mbar_wait(empty_bar(slot), ((kt / Stages) - 1) & 1);
+      if (kt >= kPrologue && weight_issuer) issue_weights(kt);
+      const int k0 = kt * BK;
+      CUTE_UNROLL
+      for (int h = 0; h < G::kBChunksPerLaneRow; ++h) {
+        const int k = k0 + (kq + 4 * h) * 8;
+        const bool k_ok = (K % BK == 0) || k < K;  // K past the end is zero-filled
+        const uint32_t dst = ((b_base ^ uint32_t((h % 2) * 64)) + uint32_t(h / 2) * kKAtomBytes) +
+                             uint32_t(slot) * kBStageBytes;
+        CUTE_UNROLL
+        for (int i = 0; i < G::kBRowsPerLane; ++i)
+          if (row_src[i]) cp_async_16(dst + i * kRowStepBytes, k_ok ? row_src[i] + k0 + 32 * h : p.act, k_ok);
+      }
+      mbar_arrive_on_cp_async(full_bar(slot));
+    }
+    return;
   }
 
-  auto load_b = [&](int kt) {
-    const uint32_t slot_off = uint32_t(kt % Stages) * kBStageBytes;
-    const int k0 = kt * BK;
-    CUTE_UNROLL
-    for (int i = 0; i < G::kBChunksPerThread; ++i) {
-      if (b_row_ok[i]) {  // K past the end is zero-filled: the slot may hold an earlier tile's data
-        const bool ok = (G::kK % BK == 0) || k0 < b_kend[i];
-        cp_async_16(b_smem[i] + slot_off, ok ? b_src[i] + k0 : p.act, ok);
-      }
-    }
-  };
-  auto load_a = [&](int kt) {
-    const uint32_t slot = uint32_t(kt % Stages);
-    const size_t k_off = size_t(kt) * kAtomsK;
-    CUTE_UNROLL
-    for (int i = 0; i < kAPerThread; ++i)
-      cp_async_16(a_smem[i] + slot * kAStageBytes, a_src[i] + k_off * kAtomBytes, true);
-    if (s_copier) cp_async_16(s_smem + slot * kSStageBytes, s_src + k_off * kAtomScaleBytes, true);
-  };
+  // ================================ consumer warpgroups ================================
+  if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
+  if (p.schedule_ready) pdl_wait();  // the epilogue reads routing outputs
+  pdl_launch_dependents();
+  const int wg = tid / 128;
+  const int wg_tid = tid % 128;
+  constexpr int kAtomsK = G::kAtomsK;
 
-  // ---- consumer state ------------------------------------------------------------------------
+  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename G::SmemLayoutB{});
   typename G::Mma mma;
   auto thr_mma = mma.get_thread_slice(wg_tid);
   Tensor tCsB = thr_mma.partition_B(sB);          // (MMA, MMA_N, MMA_K, PIPE)
@@ -259,34 +304,21 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
     warpgroup_fence_operand(accum);
   };
 
-  // ---- mainloop: loads run kLoadDistance tiles ahead, one wgmma batch stays in flight --------
-  // Prologue: weights first (they do not depend on the previous kernel), then the B rows. Stage
-  // kt's group may hold later stages' weights too; waiting for it is only stronger.
-  constexpr int D = G::kLoadDistance;
-  CUTE_UNROLL
-  for (int kt = 0; kt < D; ++kt)
-    if (kt < G::kKTiles) load_a(kt);
-  if (p.schedule_ready) pdl_wait();
-  pdl_launch_dependents();
-  CUTE_UNROLL
-  for (int kt = 0; kt < D; ++kt) {
-    if (kt < G::kKTiles) load_b(kt);
-    cp_async_commit();
-  }
+  // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
+  // kt-1's slot goes back to the producer once that wgmma retired.
   auto step = [&](auto& frag, int kt) {
-    cp_async_wait<D - 1>();
-    cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
-    __syncthreads();
-    if (kt + D < G::kKTiles) { load_a(kt + D); load_b(kt + D); }
-    cp_async_commit();
-    convert(frag, kt % Stages);
-    mma_tile(frag, kt % Stages);
-    warpgroup_wait<1>();  // the previous batch is done: its A registers and smem slot are free
+    const int slot = kt % Stages;
+    mbar_wait(full_bar(slot), (kt / Stages) & 1);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async (generic) -> wgmma reads
+    convert(frag, slot);
+    mma_tile(frag, slot);
+    warpgroup_wait<1>();
     warpgroup_fence_operand(frag);
+    if (kt > 0) mbar_arrive(empty_bar((kt - 1) % Stages));
   };
-  for (int kt = 0; kt < G::kKTiles; kt += 2) {
+  for (int kt = 0; kt < kKTiles; kt += 2) {
     step(tCrA0, kt);
-    if (kt + 1 < G::kKTiles) step(tCrA1, kt + 1);
+    if (kt + 1 < kKTiles) step(tCrA1, kt + 1);
   }
   warpgroup_wait<0>();
   warpgroup_fence_operand(accum);
@@ -297,7 +329,7 @@ __global__ void __launch_bounds__(G::kThreads) grouped_gemm_kernel(GemmParams p)
   Epilogue::apply(p, accum, tCcC, expert, row_base, row0, row_end);
 }
 
-// Host-side launch; grid.x covers the worst-case number of work tiles for `max_rows` rows.
+// Host-side launch; the grid covers the worst-case number of work tiles x the weight-row tiles.
 template <class G, class Epilogue>
 int launch_grouped_gemm(const GemmParams& p, int max_work, cudaStream_t stream) {
   auto kernel = grouped_gemm_kernel<G, Epilogue>;
@@ -305,7 +337,9 @@ int launch_grouped_gemm(const GemmParams& p, int max_work, cudaStream_t stream) 
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
     if (e != cudaSuccess) return int(e);
   }
-  return int(launch_pdl(kernel, dim3(max_work, G::kMTiles), dim3(G::kThreads), G::kSmemBytes, stream, p));
+  const long blocks = long(max_work) * G::kMTiles;
+  if (blocks > 0x7fffffffL) return int(cudaErrorInvalidConfiguration);
+  return int(launch_pdl(kernel, dim3(unsigned(blocks)), dim3(G::kThreads), G::kSmemBytes, stream, p));
 }
 
 }  // namespace moegen::sm90

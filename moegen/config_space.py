@@ -65,7 +65,7 @@ def a_fragment_registers(c: KernelConfig) -> int:
 SM90_BLOCK_M = (64, 128)
 SM90_BLOCK_N = (8, 16, 32, 64, 128, 256)
 SM90_BLOCK_K = (64, 128)
-SM90_STAGES = (3, 4, 6, 8)
+SM90_STAGES = (3, 4, 6, 8, 12)
 SM90_SMEM_LIMIT = 227 * 1024
 
 Rule = tuple[str, Callable[[KernelConfig, GemmShape], bool]]

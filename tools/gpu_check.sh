@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # One GPU session's check, the same every time: build (no-op when the carried generated/ matches by
-# fingerprint), SASS audit, GPU tests, compute-sanitizer, benchmark. Results go to $1 (default results/).
+# fingerprint), SASS audit, GPU tests, compute-sanitizer, tune, benchmark. Results go to $1 (default
+# results/). SKIP_BUILD, SKIP_PYTEST, SKIP_SANITIZER, SKIP_TUNE, SKIP_BENCH leave a step out.
 # Here: `bash tools/stage_carry.sh`; device tool: carry [".carry"], run `bash tools/gpu_check.sh $OUT`.
 # The GPU tests build what they need under generated/_gputest when it was not carried.
 set -uo pipefail
 OUT=${1:-results}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-if [ -d .carry ]; then  # staged by tools/stage_carry.sh
-  cp -r .carry/generated/. generated/ 2>/dev/null || true
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/moegen-site .carry/whl/*.whl || exit 1
-  export PYTHONPATH=$PWD:/tmp/moegen-site
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+source tools/device_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 echo "${MOEGEN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" > "$OUT/commit.txt"
 status=0
 step() { echo "== $1"; }
+
+step build  # no-op for whatever was carried with a matching fingerprint
+if [ -z "${SKIP_BUILD:-}" ]; then
+  python3 tools/build_test_libs.py > "$OUT/build.log" 2>&1 &
+  python3 -m moegen build --model deepseek-v4-flash --arch sm90 --kernels all >> "$OUT/build_all.log" 2>&1 || status=1
+  wait $! || status=1
+  tail -2 "$OUT/build_all.log"; cat "$OUT/build.log"
+fi
 
 step sass
 for lib in generated/*/sm90/libmoegen-*.so generated/_gputest/*/sm90/libmoegen-*.so; do
@@ -28,8 +30,8 @@ grep -c "FAILED" "$OUT/sass.txt" && status=1
 grep -h "grouped_gemm" "$OUT/sass.txt" | head -4
 
 step pytest
-python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1 || status=1
-grep -E "rel L2|passed|failed|Error" "$OUT/pytest.log" | tail -12
+[ -n "${SKIP_PYTEST:-}" ] || python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1 || status=1
+grep -E "rel L2|passed|failed|Error" "$OUT/pytest.log" 2>/dev/null | tail -12
 
 step sanitizer
 if [ -z "${SKIP_SANITIZER:-}" ]; then
@@ -47,5 +49,9 @@ fi
 step bench
 [ -n "${SKIP_BENCH:-}" ] || python3 -m moegen bench --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
   --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -12 || status=1
+if [ -n "${PACK_BUILDS:-}" ]; then  # the built libraries, to carry into the next call (tools/stage_carry.sh layout)
+  find generated \( -name manifest.json -o -name 'libmoegen-*.so' -o -path '*/dispatch/*' -o -path '*/logs/*' \) \
+    -print0 | tar czf "$OUT/generated.tgz" --null -T -
+fi
 echo "gpu_check status $status"
 exit $status

@@ -84,9 +84,11 @@ struct GroupedGemm {
   static constexpr int kMTiles = ceil_div(N, BM);
   static constexpr int kAtomsK = BK / kAtomK;
   static constexpr int kKBlocks = BK / 16;  // wgmma k16 steps per K tile
+  // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
+  // so the mainloop is instantiated at most 4 times).
+  static constexpr int kNStep = BN / 4 > 8 ? BN / 4 : 8;
+  static_assert(BN % kNStep == 0, "wgmma widths are multiples of the step");
 
-  using Mma = decltype(make_tiled_mma(
-      SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<BN>, Int<BK>>>()));
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                                              make_shape(Int<BN>{}, Int<BK>{}, Int<Stages>{})));
 
@@ -130,11 +132,119 @@ __device__ __forceinline__ void mbar_arrive(uint32_t mbar) {
 __device__ __forceinline__ void mbar_arrive_on_cp_async(uint32_t mbar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar) : "memory");
 }
+// The suspend-time hint lets a waiting warp sleep until the phase flips instead of spinning on
+// issue slots the widening needs.
 __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
   asm volatile(
       "{\n .reg .pred done;\n"
-      "wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase) : "memory");
+      "wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase), "r"(0x989680) : "memory");
+}
+
+// Consumer warpgroups for a tile whose token rows fit in NA <= BN columns: widen the weights, run
+// the NA-wide wgmmas on the first NA rows of the B ring, release slots, then the epilogue.
+template <class G, class Epilogue, int NA>
+__device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedStorage& ss, int expert, int m_tile,
+                                        int row0, int row_end, uint32_t full0, uint32_t empty0) {
+  using namespace cute;
+  constexpr int BK = G::BK, Stages = G::Stages, kKTiles = G::kKTiles, kAtomsK = G::kAtomsK;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int wg_tid = tid % 128;
+  auto full_bar = [&](int slot) { return full0 + 8u * uint32_t(slot); };
+  auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
+
+  using Mma = decltype(make_tiled_mma(
+      SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<NA>, Int<BK>>>()));
+  Tensor sB_all = make_tensor(make_smem_ptr(ss.b), typename G::SmemLayoutB{});
+  // The first NA rows of every slot: 8-row groups keep their 1024-byte stride, so the sub-tile is
+  // still a canonical K-major SW128 operand.
+  Tensor sB = local_tile(sB_all, make_shape(Int<NA>{}, Int<BK>{}, Int<Stages>{}), make_coord(_0{}, _0{}, _0{}));
+  Mma mma;
+  auto thr_mma = mma.get_thread_slice(wg_tid);
+  Tensor tCsB = thr_mma.partition_B(sB);          // (MMA, MMA_N, MMA_K, PIPE)
+  Tensor tCrB = thr_mma.make_fragment_B(tCsB);    // smem descriptors
+  // A fragments in the atom's value order (k+1, m+8, k+8) per k16 block; two, so one converts
+  // while the other feeds the wgmma in flight.
+  Tensor tCrA0 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
+  Tensor tCrA1 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
+  Tensor accum = partition_fragment_C(mma, Shape<_64, Int<NA>>{});
+  clear(accum);
+  mma.accumulate_ = GMMA::ScaleOut::One;
+
+  const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
+
+  // Widen one K tile of this warpgroup's weights from smem into an A fragment.
+  auto convert = [&](auto& frag, int slot) {
+    uint32_t* regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(frag.data()));
+    CUTE_UNROLL
+    for (int ak = 0; ak < kAtomsK; ++ak) {
+      const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][wg][ak][wg_tid * 16]);
+      const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][wg][ak][warp * 32 + g * 4]);
+      const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
+      // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
+      const uint32_t mul[4] = {scale_multiplier_bf16x2<0>(sw), scale_multiplier_bf16x2<1>(sw),
+                               scale_multiplier_bf16x2<2>(sw), scale_multiplier_bf16x2<3>(sw)};
+      CUTE_UNROLL
+      for (int kk = 0; kk < 4; ++kk) {
+        const int kg = kk / 2;  // which 32-wide scale group of the atom
+        uint32_t out[4];
+        e2m1x8_to_bf16x8(w4[kk], mul[2 * kg], mul[2 * kg + 1], out);
+        CUTE_UNROLL
+        for (int j = 0; j < 4; ++j) regs[(ak * 4 + kk) * 4 + j] = out[j];
+      }
+    }
+  };
+
+  auto mma_tile = [&](auto& frag, int slot) {
+    warpgroup_fence_operand(frag);
+    warpgroup_fence_operand(accum);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < G::kKBlocks; ++kb) {
+      cute::gemm(mma, frag(_, _, kb), tCrB(_, _, kb, slot), accum);
+    }
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(accum);
+  };
+
+  // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
+  // kt-1's slot goes back to the producer once that wgmma retired.
+  auto step = [&](auto& frag, int kt) {
+    const int slot = kt % Stages;
+    // The phase flip orders the producer's cp.async and bulk writes before this warpgroup's reads
+    // (as in CUTLASS's cp.async warp-specialized GMMA mainloop); a proxy fence here would cost a
+    // MEMBAR.ALL.CTA per K tile.
+    mbar_wait(full_bar(slot), (kt / Stages) & 1);
+    convert(frag, slot);
+    mma_tile(frag, slot);
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(frag);
+    if (kt > 0) mbar_arrive(empty_bar((kt - 1) % Stages));
+  };
+  for (int kt = 0; kt < kKTiles; kt += 2) {
+    step(tCrA0, kt);
+    if (kt + 1 < kKTiles) step(tCrA1, kt + 1);
+  }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(accum);
+
+  Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<_64, Int<NA>>{}));
+  const int row_base = m_tile * G::BM + wg * 64;
+  Epilogue::apply(p, accum, tCcC, expert, row_base, row0, row_end);
+}
+
+// Runs consume<.., I * kNStep> for the tile's width in steps (one branch per CTA, uniform).
+template <class G, class Epilogue, int I>
+__device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G::SharedStorage& ss, int steps,
+                                                 int expert, int m_tile, int row0, int row_end, uint32_t full0,
+                                                 uint32_t empty0) {
+  if constexpr (I * G::kNStep >= G::BN) {
+    consume<G, Epilogue, G::BN>(p, ss, expert, m_tile, row0, row_end, full0, empty0);
+  } else {
+    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, expert, m_tile, row0, row_end, full0, empty0);
+    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, expert, m_tile, row0, row_end, full0, empty0);
+  }
 }
 
 // Warp-specialized: warps 0..4C-1 are C consumer warpgroups (widen weights, wgmma, epilogue), the
@@ -251,82 +361,10 @@ __global__ void __launch_bounds__(G::kThreads, 1) grouped_gemm_kernel(GemmParams
   if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
   if (p.schedule_ready) pdl_wait();  // the epilogue reads routing outputs
   pdl_launch_dependents();
-  const int wg = tid / 128;
-  const int wg_tid = tid % 128;
-  constexpr int kAtomsK = G::kAtomsK;
-
-  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename G::SmemLayoutB{});
-  typename G::Mma mma;
-  auto thr_mma = mma.get_thread_slice(wg_tid);
-  Tensor tCsB = thr_mma.partition_B(sB);          // (MMA, MMA_N, MMA_K, PIPE)
-  Tensor tCrB = thr_mma.make_fragment_B(tCsB);    // smem descriptors
-  // A fragments in the atom's value order (k+1, m+8, k+8) per k16 block; two, so one converts
-  // while the other feeds the wgmma in flight.
-  Tensor tCrA0 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
-  Tensor tCrA1 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
-  Tensor accum = partition_fragment_C(mma, Shape<_64, Int<BN>>{});
-  clear(accum);
-  mma.accumulate_ = GMMA::ScaleOut::One;
-
-  const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
-
-  // Widen one K tile of this warpgroup's weights from smem into an A fragment.
-  auto convert = [&](auto& frag, int slot) {
-    uint32_t* regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(frag.data()));
-    CUTE_UNROLL
-    for (int ak = 0; ak < kAtomsK; ++ak) {
-      const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][wg][ak][wg_tid * 16]);
-      const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][wg][ak][warp * 32 + g * 4]);
-      const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
-      // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
-      const uint32_t mul[4] = {scale_multiplier_bf16x2<0>(sw), scale_multiplier_bf16x2<1>(sw),
-                               scale_multiplier_bf16x2<2>(sw), scale_multiplier_bf16x2<3>(sw)};
-      CUTE_UNROLL
-      for (int kk = 0; kk < 4; ++kk) {
-        const int kg = kk / 2;  // which 32-wide scale group of the atom
-        uint32_t out[4];
-        e2m1x8_to_bf16x8(w4[kk], mul[2 * kg], mul[2 * kg + 1], out);
-        CUTE_UNROLL
-        for (int j = 0; j < 4; ++j) regs[(ak * 4 + kk) * 4 + j] = out[j];
-      }
-    }
-  };
-
-  auto mma_tile = [&](auto& frag, int slot) {
-    warpgroup_fence_operand(frag);
-    warpgroup_fence_operand(accum);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int kb = 0; kb < G::kKBlocks; ++kb) {
-      cute::gemm(mma, frag(_, _, kb), tCrB(_, _, kb, slot), accum);
-    }
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(accum);
-  };
-
-  // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
-  // kt-1's slot goes back to the producer once that wgmma retired.
-  auto step = [&](auto& frag, int kt) {
-    const int slot = kt % Stages;
-    mbar_wait(full_bar(slot), (kt / Stages) & 1);
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async (generic) -> wgmma reads
-    convert(frag, slot);
-    mma_tile(frag, slot);
-    warpgroup_wait<1>();
-    warpgroup_fence_operand(frag);
-    if (kt > 0) mbar_arrive(empty_bar((kt - 1) % Stages));
-  };
-  for (int kt = 0; kt < kKTiles; kt += 2) {
-    step(tCrA0, kt);
-    if (kt + 1 < kKTiles) step(tCrA1, kt + 1);
-  }
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(accum);
-
-  // ---- epilogue ------------------------------------------------------------------------------
-  Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<_64, Int<BN>>{}));
-  const int row_base = m_tile * G::BM + wg * 64;
-  Epilogue::apply(p, accum, tCcC, expert, row_base, row0, row_end);
+  // An expert's last tile is usually partly empty: run the narrowest wgmma N that covers its rows.
+  const int rows = min(BN, row_end - row0);
+  consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, expert, m_tile, row0, row_end,
+                                   full0, empty0);
 }
 
 // Host-side launch; the grid covers the worst-case number of work tiles x the weight-row tiles.

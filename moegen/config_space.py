@@ -106,12 +106,12 @@ def candidate_configs(spec: ModelSpec, arch: str) -> list[KernelConfig]:
 
 
 # Default build, per GEMM: a decode, a mid-batch and a prefill kernel, the first valid of each list
-# (the H200 tuner's winners for deepseek-v4-flash: n8 up to ~64 tokens, n32-n64 around 256-1024,
-# m128n128 from 4096; docs/benchmarks.md).
+# (the H200 tuner's picks for deepseek-v4-flash at 6c6809b: n8 up to ~64 tokens, n32-n64 around
+# 256-1024, m128 n128-n256 from 4096; docs/benchmarks.md).
 SM90_DEFAULTS = {
-    "decode": [(64, 8, 128, 8), (64, 8, 64, 8), (64, 8, 64, 4), (64, 8, 64, 3)],
+    "decode": [(64, 8, 128, 4), (64, 8, 64, 4), (64, 8, 64, 3)],
     "mid": [(64, 32, 128, 4), (64, 32, 64, 4), (64, 32, 64, 3)],
-    "prefill": [(128, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 3)],
+    "prefill": [(128, 128, 128, 4), (128, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 3)],
 }
 
 

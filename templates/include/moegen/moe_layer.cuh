@@ -123,8 +123,7 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   const int T = a.num_tokens;
   const long rows = long(T) * P::kTopK;
 
-  cudaError_t e = cudaMemsetAsync(ws.counts, 0, (P::kLocalExperts + 1) * sizeof(int32_t), stream);
-  if (e != cudaSuccess) return fail(int(e), "memset: %s", cudaGetErrorString(e));
+  cudaError_t e = cudaSuccess;
   const int bn1 = kernels[k1].block_n, bn2 = kernels[k2].block_n;
   RoutingParams rp{};
   rp.logits = a.router_logits;
@@ -147,11 +146,18 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   rp.row_weight = ws.row_weight;
   rp.token_row = ws.token_row;
   rp.scatter_in_last_block = rows <= kScatterInRoutingMaxRows;
-  dim3 route_grid((T + 3) / 4);
-  if (a.logits_dtype == MOEGEN_LOGITS_F32)
-    route_kernel<P, float><<<route_grid, 128, 0, stream>>>(rp);
-  else
-    route_kernel<P, __nv_bfloat16><<<route_grid, 128, 0, stream>>>(rp);
+  const bool f32_logits = a.logits_dtype == MOEGEN_LOGITS_F32;
+  if (T <= OneBlockRouting<P>::kMaxTokens) {  // decode: one block counts in shared memory, no memset
+    const dim3 block(OneBlockRouting<P>::kWarps * kWarpSize);
+    if (f32_logits) route_one_block_kernel<P, float><<<1, block, 0, stream>>>(rp);
+    else route_one_block_kernel<P, __nv_bfloat16><<<1, block, 0, stream>>>(rp);
+  } else {
+    e = cudaMemsetAsync(ws.counts, 0, (P::kLocalExperts + 1) * sizeof(int32_t), stream);
+    if (e != cudaSuccess) return fail(int(e), "memset: %s", cudaGetErrorString(e));
+    const dim3 grid((T + kRouteWarps - 1) / kRouteWarps), block(kRouteWarps * kWarpSize);
+    if (f32_logits) route_kernel<P, float><<<grid, block, 0, stream>>>(rp);
+    else route_kernel<P, __nv_bfloat16><<<grid, block, 0, stream>>>(rp);
+  }
   MOEGEN_CHECK_LAUNCH("route");
   if (!rp.scatter_in_last_block) {
     e = launch_pdl(scatter_kernel<P>, dim3(int((rows + 255) / 256)), dim3(256), 0, stream, rp);

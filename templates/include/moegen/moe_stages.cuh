@@ -64,8 +64,18 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of argmax.
+// What lane k < K of a routing warp chose for its token: expert, combine weight, and its slot among
+// the expert's rows (-1 when the expert lives on another EP rank).
+struct Choice {
+  int expert;
+  float weight;
+  int slot;
+};
+
+// `counts` may be global (many routing blocks) or shared memory (one block): a generic atomic.
 template <class P, class LogitT>
-__device__ void route_token(const RoutingParams& rp, int t, int warp, int lane, float (*group_sel)[P::kExperts]) {
+__device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane, float (*group_sel)[P::kExperts],
+                              int32_t* counts) {
   constexpr int E = P::kExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize, K = P::kTopK;
   constexpr float kNegInf = -INFINITY;
   const LogitT* __restrict__ logits = static_cast<const LogitT*>(rp.logits);
@@ -162,53 +172,110 @@ __device__ void route_token(const RoutingParams& rp, int t, int warp, int lane, 
     my_w = my_w / wsum;
   }
   my_w *= P::kScaling;
+  Choice c{my_id, my_w, -1};
   if (lane < K) {
     rp.topk_ids[size_t(t) * K + lane] = my_id;
     rp.topk_weights[size_t(t) * K + lane] = my_w;
     int local = my_id - P::kExpertBegin;
-    rp.slot_in_expert[size_t(t) * K + lane] =
-        (local >= 0 && local < P::kLocalExperts) ? atomicAdd(&rp.counts[local], 1) : -1;
+    if (local >= 0 && local < P::kLocalExperts) c.slot = atomicAdd(&counts[local], 1);
+    rp.slot_in_expert[size_t(t) * K + lane] = c.slot;
   }
+  return c;
 }
 
+template <class P, bool kSharedCounts>
+__device__ void schedule_warp(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem);
 template <class P>
-__device__ void schedule_warp(const RoutingParams& rp);
-template <class P>
-__device__ void scatter_range(const RoutingParams& rp, int begin, int stride);
+__device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, int begin, int stride);
+
+// Tokens per routing block (one warp each) of the many-block path; more threads also make the last
+// block's scatter shorter.
+constexpr int kRouteWarps = 8;
 
 // One warp per token; the last block to finish builds the GEMM schedule (and, for small batches,
-// the permutation), so routing costs one launch.
+// the permutation), so routing costs one launch (after the memset of the counters).
 template <class P, class LogitT>
-__global__ void __launch_bounds__(128) route_kernel(RoutingParams rp) {
-  __shared__ float group_sel[4][P::kExperts];
+__global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingParams rp) {
+  __shared__ float group_sel[kRouteWarps][P::kExperts];
+  __shared__ int32_t offsets_s[P::kLocalExperts + 1];
   __shared__ bool is_last;
   pdl_launch_dependents();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int t = blockIdx.x * 4 + warp;
-  if (t < rp.num_tokens) route_token<P, LogitT>(rp, t, warp, lane, group_sel);
+  const int t = blockIdx.x * kRouteWarps + warp;
+  if (t < rp.num_tokens) route_token<P, LogitT>(rp, t, warp, lane, group_sel, rp.counts);
   __threadfence();  // this block's counts and slots, before it reports done
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(rp.blocks_done, 1) == int(gridDim.x) - 1;
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // every other block's counts are visible now
-  if (warp == 0) schedule_warp<P>(rp);
+  if (warp == 0) schedule_warp<P, false>(rp, rp.counts, offsets_s);
   if (rp.scatter_in_last_block) {
     __syncthreads();
-    scatter_range<P>(rp, threadIdx.x, blockDim.x);
+    scatter_range<P>(rp, offsets_s, threadIdx.x, blockDim.x);
+  }
+}
+
+// Small batches, one block: every warp routes up to kOneBlockTokensPerWarp tokens, the experts are
+// counted in shared memory, and the block builds the schedule and the permutation from what it
+// holds in registers.  No memset, no global atomics, no grid-wide "last block" hand-off: routing a
+// decode step is one short launch (the many-block path spent ~12 us here at T = 1 on an H200).
+template <class P>
+struct OneBlockRouting {
+  // group_sel takes warps x experts floats of the 48 KB static shared memory.
+  static constexpr int kWarps = P::kExperts * 4 * 32 <= 40 * 1024 ? 32 : (P::kExperts * 4 * 16 <= 40 * 1024 ? 16 : 8);
+  static constexpr int kTokensPerWarp = 2;
+  static constexpr int kMaxTokens = kWarps * kTokensPerWarp;
+  static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
+};
+
+template <class P, class LogitT>
+__global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_one_block_kernel(RoutingParams rp) {
+  using R = OneBlockRouting<P>;
+  constexpr int K = P::kTopK;
+  __shared__ float group_sel[R::kWarps][P::kExperts];
+  __shared__ int32_t counts_s[P::kLocalExperts];
+  __shared__ int32_t offsets_s[P::kLocalExperts + 1];
+  pdl_launch_dependents();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  for (int e = threadIdx.x; e < P::kLocalExperts; e += blockDim.x) counts_s[e] = 0;
+  __syncthreads();
+  Choice mine[R::kTokensPerWarp];
+#pragma unroll
+  for (int i = 0; i < R::kTokensPerWarp; ++i) {
+    const int t = warp + R::kWarps * i;
+    mine[i] = t < rp.num_tokens ? route_token<P, LogitT>(rp, t, warp, lane, group_sel, counts_s) : Choice{0, 0.f, -1};
+  }
+  __syncthreads();
+  if (warp == 0) schedule_warp<P, true>(rp, counts_s, offsets_s);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < R::kTokensPerWarp; ++i) {
+    const int t = warp + R::kWarps * i;
+    if (t < rp.num_tokens && lane < K) {
+      const Choice& c = mine[i];
+      int row = -1;
+      if (c.slot >= 0) {
+        row = offsets_s[c.expert - P::kExpertBegin] + c.slot;
+        rp.row_token[row] = t;
+        rp.row_weight[row] = c.weight;
+      }
+      rp.token_row[size_t(t) * K + lane] = row;
+    }
   }
 }
 
 // One warp: exclusive scan of the per-expert counts, then the work tiles of both GEMMs.
-template <class P>
-__device__ void schedule_warp(const RoutingParams& rp) {
+// The offsets also go to `offsets_smem`, where the block's scatter reads them.
+template <class P, bool kSharedCounts>
+__device__ void schedule_warp(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem) {
   constexpr int E = P::kLocalExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize;
   const int lane = threadIdx.x % kWarpSize, bn1 = rp.bn1, bn2 = rp.bn2;
   const int first = lane * PER_LANE;  // each lane owns a run of consecutive experts
   int c[PER_LANE], rows = 0, tiles1 = 0, tiles2 = 0;
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
-    c[i] = first + i < E ? __ldcg(rp.counts + first + i) : 0;
+    c[i] = first + i < E ? (kSharedCounts ? counts[first + i] : __ldcg(counts + first + i)) : 0;
     rows += c[i];
     tiles1 += (c[i] + bn1 - 1) / bn1;
     tiles2 += (c[i] + bn2 - 1) / bn2;
@@ -227,6 +294,7 @@ __device__ void schedule_warp(const RoutingParams& rp) {
     int e = first + i;
     if (e < E) {
       rp.offsets[e] = row;
+      offsets_smem[e] = row;
       for (int r = 0; r < c[i]; r += bn1, ++t1) { rp.work1_expert[t1] = e; rp.work1_row0[t1] = row + r; }
       for (int r = 0; r < c[i]; r += bn2, ++t2) { rp.work2_expert[t2] = e; rp.work2_row0[t2] = row + r; }
       row += c[i];
@@ -234,26 +302,42 @@ __device__ void schedule_warp(const RoutingParams& rp) {
   }
   if (lane == 31) {
     rp.offsets[E] = incl_rows;
+    offsets_smem[E] = incl_rows;
     rp.num_work[0] = incl_t1;
     rp.num_work[1] = incl_t2;
   }
   __syncwarp();
 }
 
-// Each (token, slot) routed to a local expert gets its row in expert order.
+// Each (token, slot) routed to a local expert gets its row in expert order.  `offsets` is the
+// routing block's shared copy or the global one; loads are batched so their latencies overlap.
 template <class P>
-__device__ void scatter_range(const RoutingParams& rp, int begin, int stride) {
+__device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, int begin, int stride) {
+  constexpr int kBatch = 4;
   const int total = rp.num_tokens * P::kTopK;
-  for (int i = begin; i < total; i += stride) {
-    int slot = __ldcg(rp.slot_in_expert + i);
-    int row = -1;
-    if (slot >= 0) {
-      int e = __ldcg(rp.topk_ids + i);
-      row = __ldcg(rp.offsets + e - P::kExpertBegin) + slot;
-      rp.row_token[row] = i / P::kTopK;
-      rp.row_weight[row] = __ldcg(rp.topk_weights + i);
+  for (int i0 = begin; i0 < total; i0 += kBatch * stride) {
+    int slot[kBatch], expert[kBatch];
+    float weight[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      const bool ok = i < total;
+      slot[b] = ok ? __ldcg(rp.slot_in_expert + i) : -1;
+      expert[b] = ok ? __ldcg(rp.topk_ids + i) : 0;
+      weight[b] = ok ? __ldcg(rp.topk_weights + i) : 0.f;
     }
-    rp.token_row[i] = row;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      if (i >= total) break;
+      int row = -1;
+      if (slot[b] >= 0) {
+        row = offsets[expert[b] - P::kExpertBegin] + slot[b];
+        rp.row_token[row] = i / P::kTopK;
+        rp.row_weight[row] = weight[b];
+      }
+      rp.token_row[i] = row;
+    }
   }
 }
 
@@ -262,7 +346,7 @@ template <class P>
 __global__ void scatter_kernel(RoutingParams rp) {
   pdl_wait();
   pdl_launch_dependents();
-  scatter_range<P>(rp, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+  scatter_range<P>(rp, rp.offsets, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 // out[t, :] = sum over the token's local slots of the weighted GEMM2 rows (zero if none).

@@ -59,10 +59,12 @@ def _round_up(x: int, m: int) -> int:
 
 
 # Bit position in a prepared 32-bit word of (output register j, half h, bit b) where b = 0 sign, 1 e1,
-# 2 e0, 3 m; chosen so the kernel's converter needs one shift for j = 0..2 (mxfp4_convert.cuh).
+# 2 e0, 3 m; chosen so the kernel's converter (mxfp4_convert.cuh) needs one rotate and one AND per
+# output for j = 1, 2 (none for j = 0), and two of each for j = 3: 9 bit operations per 8 values.
+# (No four rotations of the target bits tile the word, so one output needs two sources.)
 _BF16_BITS = (15, 8, 7, 6)  # where sign, e1, e0, m of the low half must land (high half: +16)
-_SHIFT_LEFT = {0: 0, 1: 3, 2: 6}
-_J3_BITS = (14, 13, 11, 10)  # sign << 1, e1 >> 5, e0 >> 4, m >> 4
+_ROTATE_LEFT = {0: 0, 1: 4, 2: 10}
+_J3_ROTATE_LEFT = (6, 14)  # j = 3: e1 (bf16 bits 8 and 24) rotates by 14, the other bits by 6
 
 
 def e2m1_word_bits() -> list[list[list[int]]]:
@@ -71,10 +73,12 @@ def e2m1_word_bits() -> list[list[list[int]]]:
     for j in range(4):
         halves = []
         for h in range(2):
+            targets = [p + 16 * h for p in _BF16_BITS]
             if j < 3:
-                halves.append([p + 16 * h - _SHIFT_LEFT[j] for p in _BF16_BITS])
+                rot = [_ROTATE_LEFT[j]] * 4
             else:
-                halves.append([p + 16 * h for p in _J3_BITS])
+                rot = [_J3_ROTATE_LEFT[1] if b == 1 else _J3_ROTATE_LEFT[0] for b in range(4)]
+            halves.append([(t - r) % 32 for t, r in zip(targets, rot)])
         bits.append(halves)
     flat = sorted(b for j in bits for h in j for b in h)
     assert flat == list(range(32)), "the four outputs must tile the word"

@@ -18,16 +18,20 @@ def tiny_spec(hidden=128, inter=64, experts=2, bias=False, **router):
         "activation": {"kind": "swiglu"}, "bias": {"gemm1": bias, "gemm2": bias}}, "tiny")
 
 
+def _rotl(q: torch.Tensor, n: int) -> torch.Tensor:
+    return ((q << n) | (q >> (32 - n))) & 0xFFFFFFFF
+
+
 def converter_bits(q: torch.Tensor, j: int) -> torch.Tensor:
     """Output register j of e2m1x8_to_bf16x8 before the scale multiply (mirrors mxfp4_convert.cuh)."""
     m = 0x81C081C0
     if j == 0:
         return q & m
     if j == 1:
-        return (q << 3) & m
+        return _rotl(q, 4) & m
     if j == 2:
-        return (q << 6) & m
-    return ((q << 1) & 0x80008000) | ((q >> 5) & 0x01000100) | ((q >> 4) & 0x00C000C0)
+        return _rotl(q, 10) & m
+    return (_rotl(q, 6) & 0x80C080C0) | (_rotl(q, 14) & 0x01000100)
 
 
 def emulate_kernel_decode(w: torch.Tensor, scales: torch.Tensor, expert_scale: torch.Tensor) -> torch.Tensor:

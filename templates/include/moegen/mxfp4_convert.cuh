@@ -28,18 +28,21 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
-// Bit layout of a prepared word (moegen/prepare.py, E2M1_WORD_BITS): output register j holds two
-// values (low half: even k, high half: odd k); each value's sign, e1, e0, m bits sit where one shift
-// (or, for j = 3, three) moves them onto bf16 bits 15, 8, 7, 6 (and 31, 24, 23, 22):
-//   j=0: as is            j=1: << 3            j=2: << 6
-//   j=3: sign << 1, e1 >> 5, e0 and m >> 4 (the bits the other three leave free)
+// Bit layout of a prepared word (moegen/prepare.py, e2m1_word_bits): output register j holds two
+// values (low half: even k, high half: odd k); each value's sign, e1, e0, m bits sit where one left
+// rotation moves them onto bf16 bits 15, 8, 7, 6 (and 31, 24, 23, 22):
+//   j=0: as is     j=1: rotate 4     j=2: rotate 10     j=3: e1 rotates 14, the other bits 6
+// (no four rotations tile the word, so j = 3 takes two).  9 bit operations per 8 values.
 // out[0], out[2] belong to fragment row g and are scaled by mul_g; out[1], out[3] to row g+8.
+__device__ __forceinline__ uint32_t rotl(uint32_t x, int n) { return __funnelshift_l(x, x, n); }
+
 __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t q, uint32_t mul_g, uint32_t mul_g8, uint32_t (&out)[4]) {
   constexpr uint32_t kValue = 0x81C081C0u;  // sign | e1 e0 m, both halves
+  constexpr uint32_t kE1 = 0x01000100u;     // bf16 bits 8 and 24
   out[0] = bf16x2_mul(q & kValue, mul_g);
-  out[1] = bf16x2_mul((q << 3) & kValue, mul_g8);
-  out[2] = bf16x2_mul((q << 6) & kValue, mul_g);
-  out[3] = bf16x2_mul(((q << 1) & 0x80008000u) | ((q >> 5) & 0x01000100u) | ((q >> 4) & 0x00C000C0u), mul_g8);
+  out[1] = bf16x2_mul(rotl(q, 4) & kValue, mul_g8);
+  out[2] = bf16x2_mul(rotl(q, 10) & kValue, mul_g);
+  out[3] = bf16x2_mul((rotl(q, 6) & (kValue & ~kE1)) | (rotl(q, 14) & kE1), mul_g8);
 }
 
 }  // namespace moegen

@@ -211,12 +211,15 @@ def read_manifest(out_dir: Path) -> dict | None:
 
 _PTXAS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+# ptxas advisory C7513: wgmma.mma_async serialized (each waits for the previous), a silent slowdown
+_WGMMA_SERIALIZED = re.compile(r"\(C7513\)")
 
 
 def ptxas_resources(log: str) -> dict:
     regs = [int(x) for x in _PTXAS.findall(log)]
     spills = [int(a) + int(b) for a, b in _SPILL.findall(log)]
-    return dict(max_registers=max(regs, default=0), spill_bytes=sum(spills))
+    return dict(max_registers=max(regs, default=0), spill_bytes=sum(spills),
+                wgmma_serialized=len(_WGMMA_SERIALIZED.findall(log)))
 
 
 def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], None] = print) -> BuildResult:
@@ -274,6 +277,7 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
                 res = ptxas_resources(text)
                 result.resources[step.name] = res
                 spill = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
+                spill += ", WGMMA SERIALIZED (ptxas C7513)" if res["wgmma_serialized"] else ""
                 log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{spill}")
             else:
                 failures.append((step, text))

@@ -267,14 +267,18 @@ ptxas info    : Function properties for _ZN6moegen12route_kernelEv
     8 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads
 ptxas info    : Used 90 registers, used 0 barriers, 400 bytes cmem[0]
 """
+SERIALIZED_LOG = """ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage in the function '_ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE'
+"""
+CLEAN = {"spill_bytes": 0, "wgmma_serialized": 0}
 
 
 def test_ptxas_resources():
-    assert ptxas_resources(PTXAS_LOG) == {"max_registers": 168, "spill_bytes": 40}
+    assert ptxas_resources(PTXAS_LOG) == {"max_registers": 168, "spill_bytes": 40, "wgmma_serialized": 0}
     first = PTXAS_LOG.split("ptxas info    : Compiling entry function '_ZN6moegen12route")[0]
-    assert ptxas_resources(first) == {"max_registers": 168, "spill_bytes": 8}
+    assert ptxas_resources(first) == {"max_registers": 168, "spill_bytes": 8, "wgmma_serialized": 0}
+    assert ptxas_resources(SERIALIZED_LOG + PTXAS_LOG)["wgmma_serialized"] == 1
 
 
 def test_ptxas_resources_empty_log():
-    assert ptxas_resources("") == {"max_registers": 0, "spill_bytes": 0}
-    assert ptxas_resources("src/x.cu(3): error: expected a \";\"\n") == {"max_registers": 0, "spill_bytes": 0}
+    assert ptxas_resources("") == {"max_registers": 0, **CLEAN}
+    assert ptxas_resources("src/x.cu(3): error: expected a \";\"\n") == {"max_registers": 0, **CLEAN}

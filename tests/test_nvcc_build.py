@@ -111,13 +111,14 @@ def test_workspace_bytes(dll):
     assert all(s % 256 == 0 for s in sizes)
 
 
-def test_gemm_kernels_do_not_spill(built):
+def test_gemm_kernels_neither_spill_nor_serialize_wgmma(built):
     for name in NAMES:
         text = (built.out / "logs" / f"{name}.log").read_text()
         assert "bytes spill stores" in text, text[-2000:]
         res = ptxas_resources(text)
         assert res["max_registers"] > 0
         assert res["spill_bytes"] == 0, text[-2000:]
+        assert res["wgmma_serialized"] == 0, text[-2000:]
         assert built.manifest["resources"][name] == res
 
 

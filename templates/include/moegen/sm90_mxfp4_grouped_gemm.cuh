@@ -8,6 +8,11 @@
 // weights arrive by bulk copy in the layout moegen.prepare writes (contiguous 64x64 atoms),
 // activations are gathered by row index with cp.async straight into the swizzled smem tile.
 #pragma once
+// Every wgmma N that is a multiple of 8 (not only CuTe's default subset): an expert's partly empty
+// last tile runs one m64nNk16 per k step with N = its rows rounded up, not several narrower ones.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/arch/mma_sm90.hpp>
@@ -19,8 +24,26 @@
 #include "moegen/mxfp4_convert.cuh"
 #include "moegen/pdl.cuh"
 
+// The kernel's dynamic shared memory, named at file scope so inline PTX can take its address.
+extern "C" __shared__ __align__(1024) uint8_t moegen_sm90_smem[];
+
 namespace moegen::sm90 {
 using namespace cute;
+
+// Shared-window address of the dynamic shared memory.  `mov` of the symbol is a link-time constant,
+// so wgmma descriptors built from it stay in uniform registers; built from a generic pointer
+// (cvta.to.shared, a per-thread S2R) every wgmma paid two R2UR moves plus the adds.
+__device__ __forceinline__ uint32_t smem_window_base() {
+  uint32_t a;
+  asm("mov.u32 %0, moegen_sm90_smem;" : "=r"(a));
+  return a;
+}
+
+// wgmma with its accumulators passed one by one (the atom's fma takes N/2 float references).
+template <class Op, class Acc, size_t... I>
+__device__ __forceinline__ void wgmma_rs(const uint32_t* a, uint64_t desc_b, Acc* acc, std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., GMMA::ScaleOut::One);
+}
 
 // Prepared weight atoms: 64 weight rows x 64 K, 16 bytes of e2m1 per thread of a warpgroup.
 constexpr int kAtomRows = 64;
@@ -64,6 +87,12 @@ struct TileShape {
   static constexpr bool kRegisterHandoff = kConsumers > 1;
   static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;  // 128*56 + 256*224 <= 64K
   static constexpr int kThreads = kConsumerThreads + 32 * kProducerWarps;
+  // CTAs per SM the register budget must allow.  One consumer warpgroup: as many as its natural
+  // need (accumulators BN/2 + double-buffered A fragments BK/2 + ~30) allows, or ptxas spends
+  // registers on hoisted wgmma descriptors and fewer CTAs fit.  Two (and BN = 256, whose 128
+  // accumulators dominate): one CTA.
+  static constexpr int kMinBlocksPerSm =
+      kConsumers > 1 || BN >= 256 ? 1 : 65536 / (kConsumerThreads + 32 * kProducerWarps) / (BN / 2 + BK / 2 + 30);
   static_assert(BM % 64 == 0 && BM <= 128, "BM: 64 weight rows per consumer warpgroup, at most two");
   static_assert(BK % kAtomK == 0, "BK: whole prepared atoms along K");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: a wgmma N");
@@ -91,6 +120,18 @@ struct GroupedGemm {
 
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                                              make_shape(Int<BN>{}, Int<BK>{}, Int<Stages>{})));
+
+  // Byte offsets of the B operand the consumers' descriptors use (start addresses are unswizzled):
+  // k block kb at (kb % 4) * 32 + (kb / 4) * kBAtomColumnBytes, slot s at s * kBStageBytes.
+  static constexpr int kBAtomColumnBytes = (BN / 8) * 1024;
+  static constexpr int kBStageBytes = 2 * BN * BK;
+  static constexpr bool b_offsets_match_cute() {
+    constexpr auto layout = SmemLayoutB{}.layout_b();
+    for (int kb = 0; kb < kKBlocks; ++kb)
+      if (2 * int(layout(0, kb * 16, 0)) != (kb % 4) * 32 + (kb / 4) * kBAtomColumnBytes) return false;
+    return Stages < 2 || 2 * int(layout(0, 0, 1)) == kBStageBytes;
+  }
+  static_assert(b_offsets_match_cute(), "B descriptor offsets disagree with CuTe's SW128 layout");
 
   struct SharedStorage {
     alignas(1024) bfloat16_t b[cosize_v<SmemLayoutB>];
@@ -170,7 +211,6 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   Tensor tCrA1 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
   Tensor accum = partition_fragment_C(mma, Shape<_64, Int<NA>>{});
   clear(accum);
-  mma.accumulate_ = GMMA::ScaleOut::One;
 
   const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
 
@@ -196,13 +236,31 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     }
   };
 
-  auto mma_tile = [&](auto& frag, int slot) {
+  // B descriptors: CuTe's for (k block 0, slot 0) gives the layout fields (high word, and the low
+  // word's bits above the start address); the start address is the window base plus compile-time
+  // offsets (the K loop below unrolls over the ring, so slots are constants too).  ptxas then
+  // builds them with uniform adds instead of a per-thread add and two R2UR moves per wgmma.
+  using Op = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<NA>, _16>>());
+  constexpr int kAccRegs = NA / 2;  // m64nNA fp32 accumulator registers per thread
+  static_assert(decltype(size(accum))::value == kAccRegs, "accumulator layout");
+  static_assert(decltype(size<1>(typename MMA_Traits<Op>::Shape_MNK{}))::value == NA,
+                "one wgmma covers the tile's width (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED must precede CuTe)");
+  const uint64_t desc00 = uint64_t(tCrB(0, 0, 0, 0));
+  const uint32_t desc_hi = uint32_t(desc00 >> 32);
+  const uint32_t desc_lo = (uint32_t(desc00) & ~0x3FFFu) |
+                           (((smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, b))) >> 4) & 0x3FFFu);
+  auto mma_tile = [&](auto& frag, auto slot, uint32_t desc_lo) {
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag.data()));
+    float* acc = raw_pointer_cast(accum.data());
     warpgroup_fence_operand(frag);
     warpgroup_fence_operand(accum);
     warpgroup_arrive();
     CUTE_UNROLL
     for (int kb = 0; kb < G::kKBlocks; ++kb) {
-      cute::gemm(mma, frag(_, _, kb), tCrB(_, _, kb, slot), accum);
+      const uint32_t offset = uint32_t(decltype(slot)::value * G::kBStageBytes + (kb % 4) * 32 +
+                                       (kb / 4) * G::kBAtomColumnBytes);
+      const uint64_t desc = (uint64_t(desc_hi) << 32) | (desc_lo + offset / 16);
+      wgmma_rs<Op>(a + kb * 4, desc, acc, std::make_index_sequence<kAccRegs>{});
     }
     warpgroup_commit_batch();
     warpgroup_fence_operand(accum);
@@ -210,22 +268,41 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
 
   // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
   // kt-1's slot goes back to the producer once that wgmma retired.
-  auto step = [&](auto& frag, int kt) {
-    const int slot = kt % Stages;
+  auto step = [&](auto& frag, int kt, auto slot, uint32_t phase, uint32_t desc_lo) {
     // The phase flip orders the producer's cp.async and bulk writes before this warpgroup's reads
     // (as in CUTLASS's cp.async warp-specialized GMMA mainloop); a proxy fence here would cost a
     // MEMBAR.ALL.CTA per K tile.
-    mbar_wait(full_bar(slot), (kt / Stages) & 1);
+    mbar_wait(full_bar(slot), phase);
     convert(frag, slot);
-    mma_tile(frag, slot);
+    mma_tile(frag, slot, desc_lo);
     warpgroup_wait<1>();
     warpgroup_fence_operand(frag);
-    if (kt > 0) mbar_arrive(empty_bar((kt - 1) % Stages));
+    if (kt > 0) mbar_arrive(empty_bar((decltype(slot)::value + Stages - 1) % Stages));
   };
-  for (int kt = 0; kt < kKTiles; kt += 2) {
-    step(tCrA0, kt);
-    if (kt + 1 < kKTiles) step(tCrA1, kt + 1);
+  // Unrolled over the ring (twice for an odd ring, so the two A fragments alternate too): every
+  // slot index is a compile-time constant.  Whole rounds in a loop, the remainder as a static tail:
+  // a runtime `kt < kKTiles` inside the wgmma pipeline makes ptxas serialize the wgmmas (C7513).
+  constexpr int kUnroll = Stages % 2 == 0 ? Stages : 2 * Stages;
+  auto round = [&](int k0, uint32_t phase, auto count) {
+    // Opaque per round: ptxas would otherwise hoist all Stages x kKBlocks descriptors out of the
+    // loop into registers (a spill at m64n32k128), instead of adding the constants at each use.
+    uint32_t lo = desc_lo;
+    asm volatile("" : "+r"(lo));
+    cute::for_each(make_int_sequence<decltype(count)::value>{}, [&](auto u) {
+      constexpr int U = decltype(u)::value;
+      const uint32_t ph = phase ^ uint32_t((U / Stages) & 1);
+      if constexpr (U % 2 == 0) step(tCrA0, k0 + U, Int<U % Stages>{}, ph, lo);
+      else step(tCrA1, k0 + U, Int<U % Stages>{}, ph, lo);
+    });
+  };
+  constexpr uint32_t kRoundPhaseFlip = uint32_t((kUnroll / Stages) & 1);
+  uint32_t phase = 0;  // parity of the ring pass the round's first tile reads
+  for (int k0 = 0; k0 + kUnroll <= kKTiles; k0 += kUnroll) {
+    round(k0, phase, Int<kUnroll>{});
+    phase ^= kRoundPhaseFlip;
   }
+  constexpr int kTail = kKTiles % kUnroll;
+  if constexpr (kTail > 0) round(kKTiles - kTail, phase, Int<kTail>{});
   warpgroup_wait<0>();
   warpgroup_fence_operand(accum);
 
@@ -254,11 +331,10 @@ __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G
 // Consumers release a slot through `empty` once the wgmma that read it retired: no CTA-wide
 // barrier in the K loop, and loads run up to Stages tiles ahead of the tensor cores.
 template <class G, class Epilogue>
-__global__ void __launch_bounds__(G::kThreads, 1) grouped_gemm_kernel(GemmParams p) {
+__global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) grouped_gemm_kernel(GemmParams p) {
   using namespace cute;
   constexpr int BN = G::BN, BK = G::BK, Stages = G::Stages, K = G::kK, kKTiles = G::kKTiles;
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  auto& ss = *reinterpret_cast<typename G::SharedStorage*>(smem_raw);
+  auto& ss = *reinterpret_cast<typename G::SharedStorage*>(moegen_sm90_smem);
 
   // Launched early (PDL): GEMM2 may read its schedule and stream weights while GEMM1 drains; its
   // B rows (GEMM1's output) wait for pdl_wait().  L2-only loads: the schedule is rewritten per call.
@@ -273,8 +349,8 @@ __global__ void __launch_bounds__(G::kThreads, 1) grouped_gemm_kernel(GemmParams
   const int row_end = __ldcg(p.offsets + expert + 1);
   const int tid = threadIdx.x;
 
-  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.full[0]));
-  const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(&ss.empty[0]));
+  const uint32_t full0 = smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, full));
+  const uint32_t empty0 = smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, empty));
   auto full_bar = [&](int slot) { return full0 + 8u * uint32_t(slot); };
   auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
 
@@ -329,8 +405,8 @@ __global__ void __launch_bounds__(G::kThreads, 1) grouped_gemm_kernel(GemmParams
     const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(ss.b)) + (rr + 8 * pwarp) * 128 +
                             ((kq ^ rr) * 16);
     constexpr uint32_t kRowStepBytes = 1024u * G::kProducerWarps;
-    constexpr uint32_t kBStageBytes = uint32_t(sizeof(ss.b)) / Stages;
-    constexpr uint32_t kKAtomBytes = (BN / 8) * 1024;  // one 64-wide K column of the tile
+    constexpr uint32_t kBStageBytes = G::kBStageBytes;
+    constexpr uint32_t kKAtomBytes = G::kBAtomColumnBytes;  // one 64-wide K column of the tile
     const __nv_bfloat16* row_src[G::kBRowsPerLane];
     CUTE_UNROLL
     for (int i = 0; i < G::kBRowsPerLane; ++i) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's check, the same every time: build (no-op when the carried generated/ matches by
 # fingerprint), SASS audit, GPU tests, compute-sanitizer, tune, benchmark. Results go to $1 (default
-# results/). SKIP_BUILD, SKIP_PYTEST, SKIP_SANITIZER, SKIP_TUNE, SKIP_BENCH leave a step out.
+# results/). SKIP_BUILD, SKIP_PYTEST, SKIP_SANITIZER, SKIP_TUNE, SKIP_BENCH, SKIP_TIMELINE leave a step out.
 # Here: `bash tools/stage_carry.sh`; device tool: carry [".carry"], run `bash tools/gpu_check.sh $OUT`.
 # The GPU tests build what they need under generated/_gputest when it was not carried.
 set -uo pipefail
@@ -26,6 +26,9 @@ step sass
 for lib in generated/*/sm90/libmoegen-*.so generated/_gputest/*/sm90/libmoegen-*.so; do
   echo "# $lib"; cuobjdump --dump-sass "$lib" | python3 tools/sass_audit.py || echo "SASS AUDIT FAILED: $lib"
 done > "$OUT/sass.txt" 2>&1
+# ptxas advisory C7513 (wgmma serialized) in any build log is a silent slowdown: fail the check
+grep -l "C7513" generated/*/sm90/logs/*.log generated/_gputest/*/sm90/logs/*.log 2>/dev/null | \
+  sed 's/^/WGMMA SERIALIZED FAILED: /' >> "$OUT/sass.txt"
 grep -c "FAILED" "$OUT/sass.txt" && status=1
 grep -h "grouped_gemm" "$OUT/sass.txt" | head -4
 
@@ -49,6 +52,9 @@ fi
 step bench
 [ -n "${SKIP_BENCH:-}" ] || python3 -m moegen bench --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
   --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -12 || status=1
+step timeline  # per-kernel start/end inside one graph replay (routing, GEMMs, finalize, PDL overlap)
+[ -n "${SKIP_TIMELINE:-}" ] || python3 tools/timeline.py deepseek-v4-flash ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
+  > "$OUT/timeline.txt" 2>&1 || status=1
 if [ -n "${PACK_BUILDS:-}" ]; then  # the built libraries, to carry into the next call (tools/stage_carry.sh layout)
   find generated \( -name manifest.json -o -name 'libmoegen-*.so' -o -path '*/dispatch/*' -o -path '*/logs/*' \) \
     -print0 | tar czf "$OUT/generated.tgz" --null -T -

@@ -1,0 +1,71 @@
+"""Per-kernel time of the layer under CUDA-graph replay (torch.profiler / CUPTI, kernels not
+serialized, unlike ncu): where a layer call's microseconds go, gaps included.
+
+    python3 tools/timeline.py deepseek-v4-flash 1,64,1024 [build-dir]
+The build dir defaults to generated/<model>/sm90 (the tuned library).
+"""
+import collections
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from moegen.cli import DEFAULT_OUT
+from moegen.runtime import load
+from moegen.spec import load_model
+from moegen.testing import random_inputs, random_weights
+
+model = sys.argv[1]
+tokens = [int(t) for t in sys.argv[2].split(",")]
+spec = load_model(model)
+layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+w = random_weights(spec, "cuda", 1)
+REPS = 20
+
+
+def short(name: str) -> str:
+    for key in ("route", "scatter", "finalize", "memset", "Memset"):
+        if key in name:
+            return key.lower()
+    if "grouped_gemm" in name:
+        return "gemm1" if "Swiglu" in name else "gemm2"
+    return name[:40]
+
+
+for T in tokens:
+    x = random_inputs(spec, T, "cuda", 2)
+    run = lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias)  # noqa: E731
+    run()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        run()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            run()
+    torch.cuda.synchronize()
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(REPS):
+            graph.replay()
+            torch.cuda.synchronize()  # replays apart, so each one's span is its own
+    events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+    per = collections.defaultdict(list)
+    n = len(events) // REPS  # every replay launches the same kernels
+    calls = [events[i * n:(i + 1) * n] for i in range(REPS)]
+    spans = []
+    for c in calls:
+        t0 = c[0].time_range.start
+        spans.append(c[-1].time_range.end - t0)
+        for e in c:
+            per[short(e.name)].append((e.time_range.start - t0, e.time_range.end - t0))
+    span = sorted(spans)[len(spans) // 2]
+    print(f"T={T} kernels={[layer.kernels[i].name for i in layer.choose_kernels(T)]} span median {span:.1f} us")
+    for k, v in per.items():  # median start / end within the call: PDL overlap shows as start < previous end
+        st = sorted(a for a, _ in v)[len(v) // 2]
+        en = sorted(b for _, b in v)[len(v) // 2]
+        print(f"   {k:10s} start {st:8.1f}  end {en:8.1f}  duration {en - st:8.1f}")

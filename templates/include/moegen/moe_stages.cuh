@@ -440,7 +440,8 @@ struct WeightedEpilogue {
   __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
                                int row_base, int row0, int row_end) {
     constexpr int H = P::kHidden, kElems = decltype(cute::size(acc))::value;
-    constexpr int kChunk = kElems < kEpilogueChunk ? kElems : kEpilogueChunk;
+    // kElems = N/2 (N a multiple of 8), e.g. 24 at N = 48: the largest of 16, 8, 4 dividing it
+    constexpr int kChunk = kElems % kEpilogueChunk == 0 ? kEpilogueChunk : (kElems % 8 == 0 ? 8 : 4);
     static_assert(kElems % kChunk == 0, "accumulator elements come in whole chunks");
     const float escale = __ldg(p.expert_scale + expert);
     CUTE_UNROLL

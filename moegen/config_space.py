@@ -12,14 +12,14 @@ from typing import Callable
 from .spec import ModelSpec
 
 ATOM_K = 64  # prepared weights come in 64-row x 64-K atoms (templates/include/moegen/sm90_mxfp4_grouped_gemm.cuh)
-ROW_PAD = 128  # prepared weight rows are padded to this (largest block_m)
+ROW_PAD = 128  # prepared weight rows are padded to this (moegen.prepare)
 
 
 @dataclass(frozen=True, order=True)
 class KernelConfig:
     arch: str
     gemm: str  # "gemm1" (W1|W3 + SwiGLU) or "gemm2" (W2 + routing weight)
-    block_m: int  # weight rows per CTA (64 per consumer warpgroup)
+    block_m: int  # weight rows per CTA: 64-row slices over one or two consumer warpgroups
     block_n: int  # token rows per CTA (the wgmma N)
     block_k: int
     stages: int  # depth of the shared-memory ring the producer warp fills
@@ -40,6 +40,10 @@ class GemmShape:
     def k_padded(self) -> int:
         return -(-self.k // ATOM_K) * ATOM_K
 
+    @property
+    def n_padded(self) -> int:
+        return -(-self.n // ROW_PAD) * ROW_PAD
+
 
 def gemm_shapes(spec: ModelSpec) -> dict[str, GemmShape]:
     return {"gemm1": GemmShape(2 * spec.local_intermediate, spec.hidden_size),
@@ -53,16 +57,21 @@ def smem_bytes(c: KernelConfig) -> int:
     return b + a + barriers + 1024  # + alignment of the swizzled B tile
 
 
+def slices_per_consumer(c: KernelConfig) -> int:
+    slices = c.block_m // 64  # 64-row weight slices, over at most two consumer warpgroups
+    return slices // min(slices, 2)
+
+
 def accumulator_registers(c: KernelConfig) -> int:
-    return c.block_n // 2  # 64 x block_n fp32 accumulators over 128 threads
+    return slices_per_consumer(c) * c.block_n // 2  # 64 x block_n fp32 accumulators per slice, 128 threads
 
 
 def a_fragment_registers(c: KernelConfig) -> int:
-    return 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments
+    return slices_per_consumer(c) * 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments per slice
 
 
 # --- SM90 ------------------------------------------------------------------------------------
-SM90_BLOCK_M = (64, 128)
+SM90_BLOCK_M = (64, 128, 256)
 SM90_BLOCK_N = (8, 16, 32, 64, 128, 256)
 SM90_BLOCK_K = (64, 128)
 # No 12: the K loop unrolls over the ring (compile-time slots), and 12-deep rings never won a bucket
@@ -84,6 +93,8 @@ SM90_RULES: list[Rule] = [
      lambda c, s: c.stages > 3 or s.k_padded // c.block_k <= 4),
     ("two consumer warpgroups only pay off once a CTA has enough token rows to share B",
      lambda c, s: c.block_m == 64 or c.block_n >= 64),
+    ("a CTA's weight rows must lie inside the prepared tensor, whose rows are padded to 128",
+     lambda c, s: -(-s.n // c.block_m) * c.block_m <= s.n_padded),
 ]
 
 

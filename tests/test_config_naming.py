@@ -104,6 +104,11 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), cs.GemmShape(256, 256)) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 16, 64, 4), k4096) == SM90_RULES[5][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 64, 4), k4096) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 64, 4), k2880) == SM90_RULES[6][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 64, 4), k4096) is None
+    # two 64-row slices per consumer warpgroup double its accumulators and fragments
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 64, 4), k4096) == SM90_RULES[2][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) == SM90_RULES[2][0]
 
 
 def test_k_padding():

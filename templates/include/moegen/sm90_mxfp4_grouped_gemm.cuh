@@ -78,7 +78,11 @@ struct GemmParams {
 template <int BM_, int BN_, int BK_, int Stages_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
-  static constexpr int kConsumers = BM / 64;  // consumer warpgroups, 64 weight rows each
+  // 64-row weight slices (one m64 wgmma each) over at most two consumer warpgroups: a 256-row tile
+  // gives each warpgroup two slices that share every B tile (half the activation reads of m128).
+  static constexpr int kSlices = BM / 64;
+  static constexpr int kConsumers = kSlices < 2 ? kSlices : 2;
+  static constexpr int kSlicesPerConsumer = kSlices / kConsumers;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   // One consumer warpgroup: one producer warp (a producer warpgroup's registers would halve the
   // CTAs an SM holds at decode).  Two: a producer warpgroup that hands registers to the consumers
@@ -93,7 +97,7 @@ struct TileShape {
   // accumulators dominate): one CTA.
   static constexpr int kMinBlocksPerSm =
       kConsumers > 1 || BN >= 256 ? 1 : 65536 / (kConsumerThreads + 32 * kProducerWarps) / (BN / 2 + BK / 2 + 30);
-  static_assert(BM % 64 == 0 && BM <= 128, "BM: 64 weight rows per consumer warpgroup, at most two");
+  static_assert(BM == 64 || BM == 128 || BM == 256, "BM: one, two or four 64-row slices");
   static_assert(BK % kAtomK == 0, "BK: whole prepared atoms along K");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: a wgmma N");
   static_assert(Stages >= 3, "two slots are held by the wgmmas in flight; a third keeps loading");
@@ -105,12 +109,14 @@ struct GroupedGemm {
   static constexpr int kN = N, kK = K;  // true (unpadded) output rows and reduction length
   using Tiling = Tile_;
   static constexpr int kConsumers = Tile_::kConsumers, kThreads = Tile_::kThreads;
+  static constexpr int kSlices = Tile_::kSlices, kSlicesPerConsumer = Tile_::kSlicesPerConsumer;
   static constexpr int kConsumerThreads = Tile_::kConsumerThreads;
   static constexpr int kKPad = padded_k(K);
   static constexpr int kNPad = padded_rows(N);
   static_assert(kKPad % BK == 0, "config space must only offer BK dividing the padded K");
   static constexpr int kKTiles = kKPad / BK;
   static constexpr int kMTiles = ceil_div(N, BM);
+  static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor (rows padded to 128)");
   static constexpr int kAtomsK = BK / kAtomK;
   static constexpr int kKBlocks = BK / 16;  // wgmma k16 steps per K tile
   // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
@@ -135,13 +141,13 @@ struct GroupedGemm {
 
   struct SharedStorage {
     alignas(1024) bfloat16_t b[cosize_v<SmemLayoutB>];
-    alignas(128) uint8_t a[Stages][kConsumers][kAtomsK][kAtomBytes];
-    alignas(128) uint8_t s[Stages][kConsumers][kAtomsK][kAtomScaleBytes];
+    alignas(128) uint8_t a[Stages][kSlices][kAtomsK][kAtomBytes];
+    alignas(128) uint8_t s[Stages][kSlices][kAtomsK][kAtomScaleBytes];
     uint64_t full[Stages];   // weights (bulk copy bytes) + B rows (producer lanes' cp.async) landed
     uint64_t empty[Stages];  // every consumer thread's wgmma reading the slot retired
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-  static constexpr uint32_t kWeightBytesPerStage = kConsumers * kAtomsK * (kAtomBytes + kAtomScaleBytes);
+  static constexpr uint32_t kWeightBytesPerStage = kSlices * kAtomsK * (kAtomBytes + kAtomScaleBytes);
 
   // B copies: lane = (rr, kq) of producer warp w copies rows rr + 8 (w + W i) (one swizzle phase, so each destination
   // is a base + compile-time offset) and the 16-byte chunks kq, kq+4, ... of each row's BK values.
@@ -205,22 +211,27 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   auto thr_mma = mma.get_thread_slice(wg_tid);
   Tensor tCsB = thr_mma.partition_B(sB);          // (MMA, MMA_N, MMA_K, PIPE)
   Tensor tCrB = thr_mma.make_fragment_B(tCsB);    // smem descriptors
-  // A fragments in the atom's value order (k+1, m+8, k+8) per k16 block; two, so one converts
-  // while the other feeds the wgmma in flight.
-  Tensor tCrA0 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
-  Tensor tCrA1 = make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{});
-  Tensor accum = partition_fragment_C(mma, Shape<_64, Int<NA>>{});
-  clear(accum);
+  // Per 64-row slice of this warpgroup: A fragments in the atom's value order (k+1, m+8, k+8) per
+  // k16 block, two of them so one converts while the other feeds the wgmma in flight; accumulators.
+  constexpr int R = G::kSlicesPerConsumer;
+  using FragA = decltype(make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{}));
+  using Accum = decltype(partition_fragment_C(mma, Shape<_64, Int<NA>>{}));
+  struct Frags { FragA f[R]; };  // (a generic lambda taking `auto (&)[R]` crashes cudafe++ 13.0)
+  Frags tCrA0, tCrA1;
+  Accum accum[R];
+  CUTE_UNROLL
+  for (int r = 0; r < R; ++r) clear(accum[r]);
 
   const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
 
-  // Widen one K tile of this warpgroup's weights from smem into an A fragment.
-  auto convert = [&](auto& frag, int slot) {
+  // Widen one K tile of this warpgroup's weights (slice r of its R) from smem into an A fragment.
+  auto convert = [&](auto& frag, int slot, int r) {
     uint32_t* regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(frag.data()));
+    const int slice = wg * R + r;
     CUTE_UNROLL
     for (int ak = 0; ak < kAtomsK; ++ak) {
-      const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][wg][ak][wg_tid * 16]);
-      const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][wg][ak][warp * 32 + g * 4]);
+      const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][slice][ak][wg_tid * 16]);
+      const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][slice][ak][warp * 32 + g * 4]);
       const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
       // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
       const uint32_t mul[4] = {scale_multiplier_bf16x2<0>(sw), scale_multiplier_bf16x2<1>(sw),
@@ -242,41 +253,50 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // builds them with uniform adds instead of a per-thread add and two R2UR moves per wgmma.
   using Op = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<NA>, _16>>());
   constexpr int kAccRegs = NA / 2;  // m64nNA fp32 accumulator registers per thread
-  static_assert(decltype(size(accum))::value == kAccRegs, "accumulator layout");
+  static_assert(decltype(size(Accum{}))::value == kAccRegs, "accumulator layout");
   static_assert(decltype(size<1>(typename MMA_Traits<Op>::Shape_MNK{}))::value == NA,
                 "one wgmma covers the tile's width (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED must precede CuTe)");
   const uint64_t desc00 = uint64_t(tCrB(0, 0, 0, 0));
   const uint32_t desc_hi = uint32_t(desc00 >> 32);
   const uint32_t desc_lo = (uint32_t(desc00) & ~0x3FFFu) |
                            (((smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, b))) >> 4) & 0x3FFFu);
-  auto mma_tile = [&](auto& frag, auto slot, uint32_t desc_lo) {
-    const uint32_t* a = reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag.data()));
-    float* acc = raw_pointer_cast(accum.data());
-    warpgroup_fence_operand(frag);
-    warpgroup_fence_operand(accum);
+  auto mma_tile = [&](Frags& frags, auto slot, uint32_t desc_lo) {
+    FragA* frag = frags.f;
+    CUTE_UNROLL
+    for (int r = 0; r < R; ++r) {
+      warpgroup_fence_operand(frag[r]);
+      warpgroup_fence_operand(accum[r]);
+    }
     warpgroup_arrive();
     CUTE_UNROLL
     for (int kb = 0; kb < G::kKBlocks; ++kb) {
       const uint32_t offset = uint32_t(decltype(slot)::value * G::kBStageBytes + (kb % 4) * 32 +
                                        (kb / 4) * G::kBAtomColumnBytes);
       const uint64_t desc = (uint64_t(desc_hi) << 32) | (desc_lo + offset / 16);
-      wgmma_rs<Op>(a + kb * 4, desc, acc, std::make_index_sequence<kAccRegs>{});
+      CUTE_UNROLL
+      for (int r = 0; r < R; ++r)  // the slices share the B tile: same descriptor
+        wgmma_rs<Op>(reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag[r].data())) + kb * 4, desc,
+                     raw_pointer_cast(accum[r].data()), std::make_index_sequence<kAccRegs>{});
     }
     warpgroup_commit_batch();
-    warpgroup_fence_operand(accum);
+    CUTE_UNROLL
+    for (int r = 0; r < R; ++r) warpgroup_fence_operand(accum[r]);
   };
 
   // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
   // kt-1's slot goes back to the producer once that wgmma retired.
-  auto step = [&](auto& frag, int kt, auto slot, uint32_t phase, uint32_t desc_lo) {
+  auto step = [&](Frags& frags, int kt, auto slot, uint32_t phase, uint32_t desc_lo) {
+    FragA* frag = frags.f;
     // The phase flip orders the producer's cp.async and bulk writes before this warpgroup's reads
     // (as in CUTLASS's cp.async warp-specialized GMMA mainloop); a proxy fence here would cost a
     // MEMBAR.ALL.CTA per K tile.
     mbar_wait(full_bar(slot), phase);
-    convert(frag, slot);
-    mma_tile(frag, slot, desc_lo);
+    CUTE_UNROLL
+    for (int r = 0; r < R; ++r) convert(frag[r], slot, r);
+    mma_tile(frags, slot, desc_lo);
     warpgroup_wait<1>();
-    warpgroup_fence_operand(frag);
+    CUTE_UNROLL
+    for (int r = 0; r < R; ++r) warpgroup_fence_operand(frag[r]);
     if (kt > 0) mbar_arrive(empty_bar((decltype(slot)::value + Stages - 1) % Stages));
   };
   // Unrolled over the ring (twice for an odd ring, so the two A fragments alternate too): every
@@ -304,11 +324,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   constexpr int kTail = kKTiles % kUnroll;
   if constexpr (kTail > 0) round(kKTiles - kTail, phase, Int<kTail>{});
   warpgroup_wait<0>();
-  warpgroup_fence_operand(accum);
-
   Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<_64, Int<NA>>{}));
-  const int row_base = m_tile * G::BM + wg * 64;
-  Epilogue::apply(p, accum, tCcC, expert, row_base, row0, row_end);
+  CUTE_UNROLL
+  for (int r = 0; r < R; ++r) {
+    warpgroup_fence_operand(accum[r]);
+    Epilogue::apply(p, accum[r], tCcC, expert, m_tile * G::BM + (wg * R + r) * 64, row0, row_end);
+  }
 }
 
 // Runs consume<.., I * kNStep> for the tile's width in steps (one branch per CTA, uniform).
@@ -376,12 +397,12 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     const int lane = tid % 32, pwarp = (tid - G::kConsumerThreads) / 32;
     constexpr int kAtomsK = G::kAtomsK;
     constexpr int kAtomsKTotal = G::kKPad / kAtomK;
-    const size_t atom0 = (size_t(expert) * (G::kNPad / kAtomRows) + size_t(m_tile) * G::kConsumers) * kAtomsKTotal;
+    const size_t atom0 = (size_t(expert) * (G::kNPad / kAtomRows) + size_t(m_tile) * G::kSlices) * kAtomsKTotal;
     auto issue_weights = [&](int kt) {
       const int slot = kt % Stages;
       mbar_expect_tx(full_bar(slot), G::kWeightBytesPerStage);
       CUTE_UNROLL
-      for (int c = 0; c < G::kConsumers; ++c) {
+      for (int c = 0; c < G::kSlices; ++c) {  // each 64-row slice's atoms are contiguous along K
         const size_t atom = atom0 + size_t(c) * kAtomsKTotal + size_t(kt) * kAtomsK;
         bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[slot][c][0][0])),
                       p.w + atom * kAtomBytes, kAtomsK * kAtomBytes, full_bar(slot));

@@ -11,11 +11,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def build_variant(variant: str) -> str:
-    from test_gpu_layer import OUT, _spec  # the tests' own variant table and build folder
+    from test_gpu_layer import OUT, _spec, gpu_test_configs  # the tests' own variants, kernels, folder
     from moegen.build import build
-    from moegen.config_space import default_configs
     spec = _spec(variant)
-    build(spec, "sm90", default_configs(spec, "sm90"), OUT, jobs=4, log=lambda m: None)
+    build(spec, "sm90", gpu_test_configs(spec), OUT, jobs=4, log=lambda m: None)
     return variant
 
 

@@ -27,7 +27,7 @@ from moegen.config_space import (SM90_BLOCK_M, KernelConfig, default_configs, ge
 from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
-TOKENS = (0, 1, 2, 3, 7, 16, 64, 65, 255, 1024, 4096)  # 64 | 65: one-block | many-block routing
+TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block | many-block routing
 VARIANTS = {
     "deepseek-v4-flash": dict(),
     "deepseek-v3": dict(),

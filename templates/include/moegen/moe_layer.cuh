@@ -147,16 +147,17 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   rp.token_row = ws.token_row;
   rp.scatter_in_last_block = rows <= kScatterInRoutingMaxRows;
   const bool f32_logits = a.logits_dtype == MOEGEN_LOGITS_F32;
-  if (T <= OneBlockRouting<P>::kMaxTokens) {  // decode: one block counts in shared memory, no memset
+  if (T <= OneBlockRouting<P>::kMaxTokens) {  // decode: one block counts in shared memory
     const dim3 block(OneBlockRouting<P>::kWarps * kWarpSize);
     if (f32_logits) route_one_block_kernel<P, float><<<1, block, 0, stream>>>(rp);
     else route_one_block_kernel<P, __nv_bfloat16><<<1, block, 0, stream>>>(rp);
   } else {
-    e = cudaMemsetAsync(ws.counts, 0, (P::kLocalExperts + 1) * sizeof(int32_t), stream);
-    if (e != cudaSuccess) return fail(int(e), "memset: %s", cudaGetErrorString(e));
+    zero_counters_kernel<P><<<1, 256, 0, stream>>>(ws.counts);
+    MOEGEN_CHECK_LAUNCH("zero_counters");
     const dim3 grid((T + kRouteWarps - 1) / kRouteWarps), block(kRouteWarps * kWarpSize);
-    if (f32_logits) route_kernel<P, float><<<grid, block, 0, stream>>>(rp);
-    else route_kernel<P, __nv_bfloat16><<<grid, block, 0, stream>>>(rp);
+    e = f32_logits ? launch_pdl(route_kernel<P, float>, grid, block, 0, stream, rp)
+                   : launch_pdl(route_kernel<P, __nv_bfloat16>, grid, block, 0, stream, rp);
+    if (e != cudaSuccess) return fail(int(e), "route: %s", cudaGetErrorString(e));
   }
   MOEGEN_CHECK_LAUNCH("route");
   if (!rp.scatter_in_last_block) {

@@ -192,14 +192,24 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
 // block's scatter shorter.
 constexpr int kRouteWarps = 8;
 
+// Zeroes the many-block path's counters: a kernel rather than a memset, so route_kernel can be
+// launched programmatically and wait for it on the device (a memset node was followed by a 5-18 us
+// gap before the route kernel in H200 graph replays).
+template <class P>
+__global__ void zero_counters_kernel(int32_t* counters) {
+  pdl_launch_dependents();
+  for (int i = threadIdx.x; i < P::kLocalExperts + 1; i += blockDim.x) counters[i] = 0;
+}
+
 // One warp per token; the last block to finish builds the GEMM schedule (and, for small batches,
-// the permutation), so routing costs one launch (after the memset of the counters).
+// the permutation), so routing costs one launch after zero_counters_kernel.
 template <class P, class LogitT>
 __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingParams rp) {
   __shared__ float group_sel[kRouteWarps][P::kExperts];
   __shared__ int32_t offsets_s[P::kLocalExperts + 1];
   __shared__ bool is_last;
   pdl_launch_dependents();
+  pdl_wait();  // the counters are zeroed
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x * kRouteWarps + warp;
   if (t < rp.num_tokens) route_token<P, LogitT>(rp, t, warp, lane, group_sel, rp.counts);
@@ -216,15 +226,16 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
   }
 }
 
-// Small batches, one block: every warp routes up to kOneBlockTokensPerWarp tokens, the experts are
-// counted in shared memory, and the block builds the schedule and the permutation from what it
+// Small batches, one block: every warp routes one token, the experts are counted in shared memory, and the block builds the schedule and the permutation from what it
 // holds in registers.  No memset, no global atomics, no grid-wide "last block" hand-off: routing a
 // decode step is one short launch (the many-block path spent ~12 us here at T = 1 on an H200).
 template <class P>
 struct OneBlockRouting {
   // group_sel takes warps x experts floats of the 48 KB static shared memory.
   static constexpr int kWarps = P::kExperts * 4 * 32 <= 40 * 1024 ? 32 : (P::kExperts * 4 * 16 <= 40 * 1024 ? 16 : 8);
-  static constexpr int kTokensPerWarp = 2;
+  // One token per warp: the block runs on one SM, so routing more tokens here is issue-bound
+  // (T = 64 at two per warp took 22 us on an H200, against ~13 us for the many-block path).
+  static constexpr int kTokensPerWarp = 1;
   static constexpr int kMaxTokens = kWarps * kTokensPerWarp;
   static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
 };

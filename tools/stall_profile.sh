@@ -10,6 +10,7 @@ m="$m,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_execu
 m="$m,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active"
 m="$m,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
 m="$m,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,sm__warps_active.avg.per_cycle_active"
+m="$m,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed"
 for r in $reasons; do m="$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done
 ncu --clock-control none -k regex:"grouped_gemm" --launch-skip 2 --launch-count 2 --metrics "$m" \
   python3 tools/profile_run.py "$@" 2>&1 | grep -E "grouped_gemm_kernel<|kernels:|  [a-z_]+__" | \

@@ -63,7 +63,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of argmax.
 // What lane k < K of a routing warp chose for its token: expert, combine weight, and its slot among
 // the expert's rows (-1 when the expert lives on another EP rank).
 struct Choice {
@@ -72,6 +71,7 @@ struct Choice {
   int slot;
 };
 
+// One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of argmax.
 // `counts` may be global (many routing blocks) or shared memory (one block): a generic atomic.
 template <class P, class LogitT>
 __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane, float (*group_sel)[P::kExperts],
@@ -226,9 +226,10 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
   }
 }
 
-// Small batches, one block: every warp routes one token, the experts are counted in shared memory, and the block builds the schedule and the permutation from what it
-// holds in registers.  No memset, no global atomics, no grid-wide "last block" hand-off: routing a
-// decode step is one short launch (the many-block path spent ~12 us here at T = 1 on an H200).
+// Small batches, one block: every warp routes one token, the experts are counted in shared memory,
+// and the block builds the schedule and the permutation from what its warps hold in registers.
+// No memset, no global atomics, no grid-wide "last block" hand-off: routing a decode step is one
+// short launch (the many-block path spent ~12 us here at T = 1 on an H200).
 template <class P>
 struct OneBlockRouting {
   // group_sel takes warps x experts floats of the 48 KB static shared memory.
@@ -457,7 +458,7 @@ struct WeightedEpilogue {
     const float escale = __ldg(p.expert_scale + expert);
     CUTE_UNROLL
     for (int e0 = 0; e0 < kElems; e0 += kChunk) {
-      float scale[kChunk];  // routing weight x expert scale of each element's token row
+      float scale[kChunk];  // routing weight of each element's token row
       float bias[kChunk];
       CUTE_UNROLL
       for (int i = 0; i < kChunk; ++i) {

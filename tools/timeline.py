@@ -25,7 +25,7 @@ REPS = 20
 
 
 def short(name: str) -> str:
-    for key in ("route", "scatter", "finalize", "memset", "Memset"):
+    for key in ("zero_counters", "route", "scatter", "finalize", "memset", "Memset"):
         if key in name:
             return key.lower()
     if "grouped_gemm" in name:
@@ -56,11 +56,12 @@ for T in tokens:
                     key=lambda e: e.time_range.start)
     per = collections.defaultdict(list)
     n = len(events) // REPS  # every replay launches the same kernels
+    assert n > 0 and len(events) == n * REPS, f"{len(events)} kernel events for {REPS} replays"
     calls = [events[i * n:(i + 1) * n] for i in range(REPS)]
     spans = []
     for c in calls:
         t0 = c[0].time_range.start
-        spans.append(c[-1].time_range.end - t0)
+        spans.append(max(e.time_range.end for e in c) - t0)
         for e in c:
             per[short(e.name)].append((e.time_range.start - t0, e.time_range.end - t0))
     span = sorted(spans)[len(spans) // 2]

@@ -243,22 +243,14 @@ def test_unreadable_file(tmp_path):
         load_model(path)
 
 
-def test_unknown_model_name_lists_known_ones():
+@pytest.mark.parametrize("load, known, name", [(load_model, known_models, "nope"), (load_gpu, known_gpus, "a100")])
+def test_unknown_name_lists_known_ones(load, known, name):
     with pytest.raises(SpecError) as excinfo:
-        load_model("nope")
+        load(name)
     msg = str(excinfo.value)
-    assert "'nope'" in msg
-    for name in known_models():
-        assert name in msg
-
-
-def test_unknown_gpu_name_lists_known_ones():
-    with pytest.raises(SpecError) as excinfo:
-        load_gpu("a100")
-    msg = str(excinfo.value)
-    assert "'a100'" in msg
-    for name in known_gpus():
-        assert name in msg
+    assert f"'{name}'" in msg
+    for known_name in known():
+        assert known_name in msg
 
 
 def test_name_must_match_file_name_in_config_dir(tmp_path):

@@ -57,7 +57,7 @@ class CompileStep:
 @dataclass(frozen=True)
 class BuildPlan:
     out_dir: Path
-    sources: dict[str, str]  # src/ file name -> text
+    sources: dict[str, str]  # src/ file name -> text (generated sources, and include/ the headers they use)
     compiles: tuple[CompileStep, ...]
     link_command: tuple[str, ...]
     library: str  # file name in out_dir
@@ -97,6 +97,31 @@ def _cached_tree_digest(root: Path) -> str:
     return tree_digest(root)
 
 
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def included_files(text: str, include_dir: Path, sources: dict[str, str]) -> dict[str, bytes]:
+    """Every quoted include a source reaches, transitively: generated sources (``problem.h``) by
+    name, project headers under include_dir.  Each object's fingerprint covers exactly these, so
+    editing the routing header rebuilds the layer and no GEMM kernel.  (CUTLASS and system headers
+    are angle-bracket includes, covered by the toolchain digest.)"""
+    found: dict[str, bytes] = {}
+    todo = list(_QUOTED_INCLUDE.findall(text))
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        if name in sources:
+            data = sources[name].encode()
+        elif (include_dir / name).is_file():
+            data = (include_dir / name).read_bytes()
+        else:
+            raise BuildError(f"#include \"{name}\": neither a generated source nor a file under {include_dir}")
+        found[name] = data
+        todo.extend(_QUOTED_INCLUDE.findall(data.decode(errors="replace")))
+    return found
+
+
 def find_toolchain() -> Toolchain:
     """nvcc through cuda-python's pathfinder (system toolkit or pip wheels); CUTLASS from its wheel."""
     try:
@@ -128,7 +153,8 @@ def output_dir(spec: ModelSpec, arch: str, root: Path) -> Path:
 
 
 def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_dir: Path, toolchain: Toolchain,
-               headers_digest: str | None = None, cutlass_digest: str | None = None) -> BuildPlan:
+               headers_digest: str | None = None, cutlass_digest: str | None = None,
+               include_dir: Path = render.INCLUDE_DIR) -> BuildPlan:
     if arch not in ARCH_GENCODE:
         raise BuildError(f"arch {arch!r}: moegen has kernels for {', '.join(ARCH_GENCODE)} only "
                          "(SM100 kernels are not written yet)")
@@ -150,8 +176,11 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_dir:
     headers_digest = headers_digest or _cached_tree_digest(render.TEMPLATE_DIR)
     cutlass_digest = cutlass_digest or _cached_tree_digest(toolchain.cutlass_include)
     flags = (*BASE_FLAGS, ARCH_GENCODE[arch])
-    includes = ("-I.", f"-I{render.INCLUDE_DIR}", f"-I{toolchain.cutlass_include}")
-    env_key = _sha(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, headers_digest, *flags)
+    # Project headers compile from the build's own snapshot (src/include), so the objects are built from
+    # exactly the bytes their fingerprints cover, even if a header is edited while nvcc runs.
+    includes = ("-I.", "-Isrc/include", f"-I{toolchain.cutlass_include}")
+    toolchain_key = _sha(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, *flags)
+    env_key = _sha(toolchain_key, headers_digest)  # the library: any template or header
 
     spec_json = json.dumps(spec.to_dict(), sort_keys=True)
     fingerprint = _sha(env_key, spec_json, arch, *names)  # order too: it is the library's kernel table
@@ -164,15 +193,18 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_dir:
         sources[f"{c.name}.cu"] = render.gemm_source(spec, c)
     sources["layer.cu"] = render.layer_source(spec, arch, configs, build_info)
 
-    compiles = []
-    for src, text in sources.items():
+    compiles, headers = [], {}
+    for src, text in list(sources.items()):
         if not src.endswith(".cu"):
             continue
         stem = src[:-3]
-        fp = _sha(env_key, sources["problem.h"], text)
+        deps = included_files(text, include_dir, sources)
+        headers.update((name, data) for name, data in deps.items() if name not in sources)
+        fp = _sha(toolchain_key, text, *(f"{name}\0" for name in sorted(deps)), *(deps[n] for n in sorted(deps)))
         obj = f"{stem}-{fp[:16]}.o"
         cmd = (toolchain.nvcc, *flags, *includes, "-c", f"src/{src}", "-o", f"obj/{obj}")
         compiles.append(CompileStep(stem, src, obj, cmd, fp))
+    sources.update((f"include/{name}", data.decode()) for name, data in sorted(headers.items()))
     library = f"libmoegen-{fingerprint[:16]}.so"
     link = (toolchain.nvcc, "-shared", ARCH_GENCODE[arch], "-o", library, *(f"obj/{c.obj}" for c in compiles))
     manifest = dict(schema=MANIFEST_SCHEMA, abi_version=ABI_VERSION, fingerprint=fingerprint, variant=spec.variant,
@@ -331,4 +363,4 @@ def build(spec: ModelSpec, arch: str, configs: list[KernelConfig], root: Path, j
 
 
 __all__ = ["BuildError", "BuildPlan", "BuildResult", "CompileStep", "Toolchain", "atomic_write", "build",
-           "find_toolchain", "output_dir", "plan_build", "run_build", "tree_digest"]
+           "find_toolchain", "included_files", "output_dir", "plan_build", "run_build", "tree_digest"]

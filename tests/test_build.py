@@ -20,10 +20,11 @@ CUTLASS = "c" * 64
 
 
 def plan(spec=None, configs=None, out_dir=Path("/tmp/moegen-test-out"), toolchain=TOOLCHAIN, headers=HEADERS,
-         cutlass=CUTLASS, arch="sm90"):
+         cutlass=CUTLASS, arch="sm90", include_dir=render.INCLUDE_DIR):
     spec = spec or load_model("qwen3-30b-a3b")
     configs = default_configs(spec, "sm90") if configs is None else configs
-    return plan_build(spec, arch, configs, out_dir, toolchain, headers_digest=headers, cutlass_digest=cutlass)
+    return plan_build(spec, arch, configs, out_dir, toolchain, headers_digest=headers, cutlass_digest=cutlass,
+                      include_dir=include_dir)
 
 
 def commands(p):
@@ -46,13 +47,19 @@ def test_plan_contents():
     spec = load_model("qwen3-30b-a3b")
     configs = default_configs(spec, "sm90")
     p = plan(spec, configs)
-    assert set(p.sources) == {"problem.h", "layer.cu", *(f"{c.name}.cu" for c in configs)}
+    generated = {"problem.h", "layer.cu", *(f"{c.name}.cu" for c in configs)}
+    # plus a snapshot of every project header they include, compiled from src/include
+    snapshot = {n for n in p.sources if n.startswith("include/moegen/")}
+    assert set(p.sources) == generated | snapshot
+    assert {"include/moegen/sm90_mxfp4_grouped_gemm.cuh", "include/moegen/moe_routing.cuh"} <= snapshot
+    for name in snapshot:
+        assert p.sources[name] == (render.INCLUDE_DIR / name[len("include/"):]).read_text()
     assert [c.name for c in p.compiles] == [c.name for c in configs] + ["layer"]
     assert p.library == f"libmoegen-{p.fingerprint[:16]}.so"
     for step in p.compiles:
         assert step.command[0] == "nvcc"
         assert "-gencode=arch=compute_90a,code=sm_90a" in step.command
-        assert f"-I{CUTLASS_INCLUDE}" in step.command and f"-I{render.INCLUDE_DIR}" in step.command
+        assert f"-I{CUTLASS_INCLUDE}" in step.command and "-Isrc/include" in step.command
         assert step.command[-4:] == ("-c", f"src/{step.source}", "-o", f"obj/{step.obj}")
         assert step.obj == f"{step.source[:-3]}-{step.fingerprint[:16]}.o"
     assert p.link_command[:2] == ("nvcc", "-shared")
@@ -66,22 +73,52 @@ def test_plan_contents():
 
 # --- what the fingerprint covers --------------------------------------------------------------------------
 
+def _flip_one_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _changed_objects(a, b) -> set[str]:
+    return {ca.name for ca, cb in zip(a.compiles, b.compiles, strict=True) if ca.obj != cb.obj}
+
+
 def test_fingerprint_follows_header_bytes(tmp_path):
     inc = tmp_path / "include"
     shutil.copytree(render.INCLUDE_DIR, inc)
     before = tree_digest(inc)
     assert before == tree_digest(render.INCLUDE_DIR)  # same content elsewhere: same digest
-    header = inc / "moegen" / "sm90_mxfp4_grouped_gemm.cuh"
-    data = bytearray(header.read_bytes())
-    data[len(data) // 2] ^= 0x01  # flip one bit of one byte
-    header.write_bytes(bytes(data))
+    a = plan(headers=before, include_dir=inc)
+    _flip_one_bit(inc / "moegen" / "sm90_mxfp4_grouped_gemm.cuh")
     after = tree_digest(inc)
     assert after != before
-    a, b = plan(headers=before), plan(headers=after)
+    b = plan(headers=after, include_dir=inc)
     assert a.fingerprint != b.fingerprint
     assert a.library != b.library
-    # Every translation unit includes the headers: every object is recompiled.
-    assert not {c.obj for c in a.compiles} & {c.obj for c in b.compiles}
+    # Every GEMM translation unit includes the mainloop (the layer embeds the library fingerprint).
+    assert _changed_objects(a, b) == {c.name for c in a.compiles}
+
+
+def test_routing_header_rebuilds_only_the_layer(tmp_path):
+    inc = tmp_path / "include"
+    shutil.copytree(render.INCLUDE_DIR, inc)
+    a = plan(include_dir=inc)
+    _flip_one_bit(inc / "moegen" / "moe_routing.cuh")
+    b = plan(include_dir=inc)
+    assert _changed_objects(a, b) == {"layer"}
+    _flip_one_bit(inc / "moegen" / "moe_common.cuh")  # problem.h includes it: everything
+    c = plan(include_dir=inc)
+    assert _changed_objects(b, c) == {c.name for c in a.compiles}
+
+
+def test_included_files_follow_quoted_includes_transitively():
+    sources = {"problem.h": '#include "moegen/moe_common.cuh"\n'}
+    deps = build.included_files('#include "problem.h"\n#include <cuda.h>\n#include "moegen/moe_epilogues.cuh"\n',
+                                render.INCLUDE_DIR, sources)
+    assert {"problem.h", "moegen/moe_common.cuh", "moegen/moe_epilogues.cuh", "moegen/sm90_mxfp4_grouped_gemm.cuh",
+            "moegen/gemm_params.cuh", "moegen/mxfp4_convert.cuh", "moegen/pdl.cuh"} == set(deps)
+    with pytest.raises(BuildError, match='"moegen/nope.cuh"'):
+        build.included_files('#include "moegen/nope.cuh"\n', render.INCLUDE_DIR, sources)
 
 
 def test_tree_digest_sees_renames_and_new_files(tmp_path):

@@ -11,56 +11,22 @@ import pytest
 import torch
 
 from moegen import reference
-from moegen.spec import load_model
 
 pytestmark = pytest.mark.gpu
 
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
+from gpu_variants import OUT, VARIANTS, gpu_test_configs, variant_spec  # noqa: E402
 from moegen.build import build  # noqa: E402
-from moegen.cli import DEFAULT_OUT  # noqa: E402
-
-OUT = DEFAULT_OUT / "_gputest"  # the tests' own builds, apart from what users build and tune
-from moegen.config_space import (SM90_BLOCK_M, KernelConfig, default_configs, gemm_shapes,  # noqa: E402
-                                  rejection_reason)
 from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block | many-block routing
-VARIANTS = {
-    "deepseek-v4-flash": dict(),
-    "deepseek-v3": dict(),
-    "gpt-oss-120b": dict(),
-    "gpt-oss-20b": dict(),
-    "qwen3-30b-a3b": dict(),
-    "gpt-oss-20b-tp2": dict(model="gpt-oss-20b", tp_size=2),  # I_local 1440: K not a multiple of 64
-    "qwen3-30b-a3b-ep1of4": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
-}
 TOLERANCE = 1e-2
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
 _SEED = int(os.environ.get("MOEGEN_TEST_SEED", random.randrange(1 << 30)))
-
-
-def _spec(variant):
-    v = dict(VARIANTS[variant])
-    spec = load_model(v.pop("model", variant))
-    return spec.with_parallel(**v) if v else spec
-
-
-def gpu_test_configs(spec):
-    """The default kernels plus, per GEMM, one of each block_m the defaults leave out (where the
-    shape admits it), so every mainloop variant (1, 2 or 4 slices) runs against the reference."""
-    configs = default_configs(spec, "sm90")
-    shapes = gemm_shapes(spec)
-    for gemm, shape in shapes.items():
-        for block_m in SM90_BLOCK_M:
-            if any(c.gemm == gemm and c.block_m == block_m for c in configs):
-                continue
-            extra = KernelConfig("sm90", gemm, block_m, 64, 64, 4)
-            if rejection_reason(extra, shape) is None:
-                configs.append(extra)
-    return configs
+_spec = variant_spec
 
 
 _layers, _weights = {}, {}

@@ -91,7 +91,10 @@ def test_manifest(built):
     assert [p.name for p in out.glob("libmoegen-*.so")] == [m["library"]]
     assert not list(out.rglob(".*tmp*"))
     assert sorted(p.name for p in (out / "src").iterdir()) == sorted(
-        [f"{n}.cu" for n in NAMES] + ["layer.cu", "problem.h"])
+        [f"{n}.cu" for n in NAMES] + ["layer.cu", "problem.h", "include"])
+    # the header snapshot the objects were compiled from
+    assert (out / "src" / "include" / "moegen" / "sm90_mxfp4_grouped_gemm.cuh").read_text() == \
+        (render.INCLUDE_DIR / "moegen" / "sm90_mxfp4_grouped_gemm.cuh").read_text()
 
 
 def test_library_c_abi(built, dll):

@@ -137,7 +137,7 @@ def test_layer_source_build_info_and_kernel_table():
     text = render.layer_source(spec, "sm90", configs, info)
     assert build_info_of(text) == info
     for c in configs:
-        assert f'extern "C" int {c.name}_launch(const sm90::GemmParams*, int, cudaStream_t);' in text
+        assert f'extern "C" int {c.name}_launch(const sm90::GemmParams*, int, int, cudaStream_t);' in text
         assert f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, {c.name}_launch}},' in text
     # Table order is the config order: the runtime indexes kernels by position.
     positions = [text.index(f'{{"{c.name}"') for c in configs]

@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "moegen/gemm_params.cuh"
 #include "moegen/mxfp4_convert.cuh"
 #include "moegen/pdl.cuh"
 
@@ -57,23 +58,6 @@ constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
 // Padded sizes of a prepared weight tensor [E, N, K] (moegen.prepare mirrors these).
 constexpr int padded_rows(int n) { return round_up(n, 128); }
 constexpr int padded_k(int k) { return round_up(k, kAtomK); }
-
-struct GemmParams {
-  const uint8_t* w;              // [E, Npad/64, Kpad/64, 2048]
-  const uint8_t* w_scales;       // [E, Npad/64, Kpad/64, 128]
-  const float* expert_scale;     // [E]
-  const float* bias;             // epilogue bias or nullptr
-  const __nv_bfloat16* act;      // B operand rows, row length K
-  const int32_t* act_row;        // permuted row -> source row of `act` (gather), or nullptr
-  const int32_t* offsets;        // [E+1] first permuted row of each expert
-  const int32_t* work_expert;    // [max_work]
-  const int32_t* work_row0;      // [max_work]
-  const int32_t* num_work;       // [1]
-  const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
-  __nv_bfloat16* out;            // epilogue output
-  int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
-};
-
 
 template <int BM_, int BN_, int BK_, int Stages_>
 struct TileShape {
@@ -115,6 +99,9 @@ struct GroupedGemm {
   static constexpr int kNPad = padded_rows(N);
   static_assert(kKPad % BK == 0, "config space must only offer BK dividing the padded K");
   static constexpr int kKTiles = kKPad / BK;
+  // A CTA may run several tiles in a row (persistent grid) when every tile starts at ring slot 0:
+  // the consumer's K loop has compile-time slots.  Otherwise the grid is one CTA per tile.
+  static constexpr bool kPersistent = kKTiles % Stages == 0;
   static constexpr int kMTiles = ceil_div(N, BM);
   static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor (rows padded to 128)");
   static constexpr int kAtomsK = BK / kAtomK;
@@ -192,7 +179,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
 // the NA-wide wgmmas on the first NA rows of the B ring, release slots, then the epilogue.
 template <class G, class Epilogue, int NA>
 __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedStorage& ss, int expert, int m_tile,
-                                        int row0, int row_end, uint32_t full0, uint32_t empty0) {
+                                        int row0, int row_end, uint32_t full0, uint32_t empty0, uint32_t phase0) {
   using namespace cute;
   constexpr int BK = G::BK, Stages = G::Stages, kKTiles = G::kKTiles, kAtomsK = G::kAtomsK;
   const int tid = threadIdx.x;
@@ -316,7 +303,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     });
   };
   constexpr uint32_t kRoundPhaseFlip = uint32_t((kUnroll / Stages) & 1);
-  uint32_t phase = 0;  // parity of the ring pass the round's first tile reads
+  uint32_t phase = phase0;  // parity of the ring pass the round's first K tile reads
   for (int k0 = 0; k0 + kUnroll <= kKTiles; k0 += kUnroll) {
     round(k0, phase, Int<kUnroll>{});
     phase ^= kRoundPhaseFlip;
@@ -324,6 +311,9 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   constexpr int kTail = kKTiles % kUnroll;
   if constexpr (kTail > 0) round(kKTiles - kTail, phase, Int<kTail>{});
   warpgroup_wait<0>();
+  // The last slot goes back too: the producer refills the ring for this CTA's next tile while the
+  // epilogue runs.
+  mbar_arrive(empty_bar((kKTiles - 1) % Stages));
   Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<_64, Int<NA>>{}));
   CUTE_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -336,12 +326,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
 template <class G, class Epilogue, int I>
 __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G::SharedStorage& ss, int steps,
                                                  int expert, int m_tile, int row0, int row_end, uint32_t full0,
-                                                 uint32_t empty0) {
+                                                 uint32_t empty0, uint32_t phase0) {
   if constexpr (I * G::kNStep >= G::BN) {
-    consume<G, Epilogue, G::BN>(p, ss, expert, m_tile, row0, row_end, full0, empty0);
+    consume<G, Epilogue, G::BN>(p, ss, expert, m_tile, row0, row_end, full0, empty0, phase0);
   } else {
-    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, expert, m_tile, row0, row_end, full0, empty0);
-    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, expert, m_tile, row0, row_end, full0, empty0);
+    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, expert, m_tile, row0, row_end, full0, empty0, phase0);
+    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, expert, m_tile, row0, row_end, full0, empty0, phase0);
   }
 }
 
@@ -351,6 +341,12 @@ __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G
 // and all producer lanes gather the token rows with cp.async, arriving on `full` when theirs land.
 // Consumers release a slot through `empty` once the wgmma that read it retired: no CTA-wide
 // barrier in the K loop, and loads run up to Stages tiles ahead of the tensor cores.
+//
+// Tiles are (work tile, weight-row tile) pairs; CTA b runs tiles b, b + gridDim.x, ...  With a grid
+// of one CTA per tile that is one tile each; a persistent grid (as many CTAs as fit on the GPU,
+// G::kPersistent) keeps the ring streaming across tiles: the producer loads the next tile while
+// the consumers run the epilogue, and no CTA pays a launch, barrier setup and first-load latency
+// per tile.
 template <class G, class Epilogue>
 __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) grouped_gemm_kernel(GemmParams p) {
   using namespace cute;
@@ -362,12 +358,16 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   if (!p.schedule_ready) pdl_wait();
   // CTAs of one work tile (all its weight-row tiles) are consecutive: they run together and share
   // its token rows through L2, which then come from HBM once rather than once per row tile.
-  const int work = blockIdx.x / G::kMTiles;
-  const int m_tile = blockIdx.x % G::kMTiles;
-  if (work >= __ldcg(p.num_work)) return;  // the grid is sized for the worst routing; idle tiles leave
-  const int expert = __ldcg(p.work_expert + work);
-  const int row0 = __ldcg(p.work_row0 + work);
-  const int row_end = __ldcg(p.offsets + expert + 1);
+  const int num_tiles = __ldcg(p.num_work) * G::kMTiles;
+  if (int(blockIdx.x) >= num_tiles) return;  // the grid is sized for the worst routing; idle CTAs leave
+  struct Tile {
+    int expert, m_tile, row0, row_end;
+  };
+  auto load_tile = [&](int tile) {
+    const int work = tile / G::kMTiles;
+    const int expert = __ldcg(p.work_expert + work);
+    return Tile{expert, tile % G::kMTiles, __ldcg(p.work_row0 + work), __ldcg(p.offsets + expert + 1)};
+  };
   const int tid = threadIdx.x;
 
   const uint32_t full0 = smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, full));
@@ -375,8 +375,8 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   auto full_bar = [&](int slot) { return full0 + 8u * uint32_t(slot); };
   auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
 
-  // Token rows past the expert's end stay zero for the whole K loop: zero the ring once and never
-  // copy them (at decode most of a tile's rows are such padding).
+  // Token rows past an expert's end are never copied.  Their columns of the product are never
+  // stored, so whatever a slot holds there is harmless; zeroing the ring once keeps them defined.
   {
     uint4* b_words = reinterpret_cast<uint4*>(ss.b);
     constexpr int kWords = int(sizeof(ss.b) / sizeof(uint4));
@@ -390,6 +390,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  const int tile_stride = int(gridDim.x);  // kernels that are not kPersistent run one tile (the host sizes the grid so)
 
   if (tid >= G::kConsumerThreads) {
     // ================================ producer warp(s) ================================
@@ -397,29 +398,8 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     const int lane = tid % 32, pwarp = (tid - G::kConsumerThreads) / 32;
     constexpr int kAtomsK = G::kAtomsK;
     constexpr int kAtomsKTotal = G::kKPad / kAtomK;
-    const size_t atom0 = (size_t(expert) * (G::kNPad / kAtomRows) + size_t(m_tile) * G::kSlices) * kAtomsKTotal;
-    auto issue_weights = [&](int kt) {
-      const int slot = kt % Stages;
-      mbar_expect_tx(full_bar(slot), G::kWeightBytesPerStage);
-      CUTE_UNROLL
-      for (int c = 0; c < G::kSlices; ++c) {  // each 64-row slice's atoms are contiguous along K
-        const size_t atom = atom0 + size_t(c) * kAtomsKTotal + size_t(kt) * kAtomsK;
-        bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[slot][c][0][0])),
-                      p.w + atom * kAtomBytes, kAtomsK * kAtomBytes, full_bar(slot));
-        bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.s[slot][c][0][0])),
-                      p.w_scales + atom * kAtomScaleBytes, kAtomsK * kAtomScaleBytes, full_bar(slot));
-      }
-    };
-    // Weights never depend on the previous kernel: start them before pdl_wait.
     constexpr int kPrologue = Stages < kKTiles ? Stages : kKTiles;
     const bool weight_issuer = pwarp == 0 && lane == 0;
-    if (weight_issuer) {
-      CUTE_UNROLL
-      for (int kt = 0; kt < kPrologue; ++kt) issue_weights(kt);
-    }
-    if (p.schedule_ready) pdl_wait();
-    pdl_launch_dependents();
-
     // This lane's rows rr + 8 (pwarp + W i) and chunks kq + 4 h: one swizzle phase (rr), so the
     // destination of (i, h) is a per-lane base plus compile-time offsets (SW128: chunk' = chunk ^ row % 8).
     const int rr = lane / 4, kq = lane % 4;
@@ -428,28 +408,59 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     constexpr uint32_t kRowStepBytes = 1024u * G::kProducerWarps;
     constexpr uint32_t kBStageBytes = G::kBStageBytes;
     constexpr uint32_t kKAtomBytes = G::kBAtomColumnBytes;  // one 64-wide K column of the tile
-    const __nv_bfloat16* row_src[G::kBRowsPerLane];
-    CUTE_UNROLL
-    for (int i = 0; i < G::kBRowsPerLane; ++i) {
-      const int r = row0 + rr + 8 * (pwarp + G::kProducerWarps * i);
-      row_src[i] = r < row_end ? p.act + size_t(p.act_row ? __ldcg(p.act_row + r) : r) * K + kq * 8 : nullptr;
-    }
-    for (int kt = 0; kt < kKTiles; ++kt) {
-      const int slot = kt % Stages;
-      if (kt >= Stages) mbar_wait(empty_bar(slot), ((kt / Stages) - 1) & 1);
-      if (kt >= kPrologue && weight_issuer) issue_weights(kt);
-      const int k0 = kt * BK;
-      CUTE_UNROLL
-      for (int h = 0; h < G::kBChunksPerLaneRow; ++h) {
-        const int k = k0 + (kq + 4 * h) * 8;
-        const bool k_ok = (K % BK == 0) || k < K;  // K past the end is zero-filled
-        const uint32_t dst = ((b_base ^ uint32_t((h % 2) * 64)) + uint32_t(h / 2) * kKAtomBytes) +
-                             uint32_t(slot) * kBStageBytes;
+    uint32_t pass = 0;  // ring passes completed before this tile (each tile is kKTiles / Stages of them)
+    for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+      const bool first = tile == int(blockIdx.x);
+      const Tile t = load_tile(tile);
+      const size_t atom0 = (size_t(t.expert) * (G::kNPad / kAtomRows) + size_t(t.m_tile) * G::kSlices) * kAtomsKTotal;
+      auto issue_weights = [&](int kt) {
+        const int slot = kt % Stages;
+        mbar_expect_tx(full_bar(slot), G::kWeightBytesPerStage);
         CUTE_UNROLL
-        for (int i = 0; i < G::kBRowsPerLane; ++i)
-          if (row_src[i]) cp_async_16(dst + i * kRowStepBytes, k_ok ? row_src[i] + k0 + 32 * h : p.act, k_ok);
+        for (int c = 0; c < G::kSlices; ++c) {  // each 64-row slice's atoms are contiguous along K
+          const size_t atom = atom0 + size_t(c) * kAtomsKTotal + size_t(kt) * kAtomsK;
+          bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[slot][c][0][0])),
+                        p.w + atom * kAtomBytes, kAtomsK * kAtomBytes, full_bar(slot));
+          bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.s[slot][c][0][0])),
+                        p.w_scales + atom * kAtomScaleBytes, kAtomsK * kAtomScaleBytes, full_bar(slot));
+        }
+      };
+      if (first) {
+        // Weights never depend on the previous kernel: the first tile's start before pdl_wait.
+        if (weight_issuer) {
+          CUTE_UNROLL
+          for (int kt = 0; kt < kPrologue; ++kt) issue_weights(kt);
+        }
+        if (p.schedule_ready) pdl_wait();
+        pdl_launch_dependents();
       }
-      mbar_arrive_on_cp_async(full_bar(slot));
+      const __nv_bfloat16* row_src[G::kBRowsPerLane];
+      CUTE_UNROLL
+      for (int i = 0; i < G::kBRowsPerLane; ++i) {
+        const int r = t.row0 + rr + 8 * (pwarp + G::kProducerWarps * i);
+        row_src[i] = r < t.row_end ? p.act + size_t(p.act_row ? __ldcg(p.act_row + r) : r) * K + kq * 8 : nullptr;
+      }
+      for (int kt = 0; kt < kKTiles; ++kt) {
+        const int slot = kt % Stages;
+        // The slot's previous fill (this tile's, or an earlier tile's) must have been consumed.
+        const uint32_t fills = pass * (kKTiles / Stages) + uint32_t(kt / Stages);  // earlier fills of this slot
+        if (fills > 0) mbar_wait(empty_bar(slot), (fills - 1) & 1);
+        if ((!first || kt >= kPrologue) && weight_issuer) issue_weights(kt);
+        const int k0 = kt * BK;
+        CUTE_UNROLL
+        for (int h = 0; h < G::kBChunksPerLaneRow; ++h) {
+          const int k = k0 + (kq + 4 * h) * 8;
+          const bool k_ok = (K % BK == 0) || k < K;  // K past the end is zero-filled
+          const uint32_t dst = ((b_base ^ uint32_t((h % 2) * 64)) + uint32_t(h / 2) * kKAtomBytes) +
+                               uint32_t(slot) * kBStageBytes;
+          CUTE_UNROLL
+          for (int i = 0; i < G::kBRowsPerLane; ++i)
+            if (row_src[i]) cp_async_16(dst + i * kRowStepBytes, k_ok ? row_src[i] + k0 + 32 * h : p.act, k_ok);
+        }
+        mbar_arrive_on_cp_async(full_bar(slot));
+      }
+      if constexpr (!G::kPersistent) break;  // one tile: no loop state for ptxas to keep alive
+      ++pass;
     }
     return;
   }
@@ -458,21 +469,50 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
   if (p.schedule_ready) pdl_wait();  // the epilogue reads routing outputs
   pdl_launch_dependents();
-  // An expert's last tile is usually partly empty: run the narrowest wgmma N that covers its rows.
-  const int rows = min(BN, row_end - row0);
-  consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, expert, m_tile, row0, row_end,
-                                   full0, empty0);
+  uint32_t pass = 0;
+  for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+    const Tile t = load_tile(tile);
+    // An expert's last tile is usually partly empty: run the narrowest wgmma N that covers its rows.
+    const int rows = min(BN, t.row_end - t.row0);
+    // Parity of the ring pass this tile's first K tile reads (kKTiles / Stages passes per tile).
+    const uint32_t phase0 = (pass * uint32_t(kKTiles / Stages)) & 1u;
+    consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t.expert, t.m_tile, t.row0,
+                                     t.row_end, full0, empty0, phase0);
+    if constexpr (!G::kPersistent) break;  // one tile (gemm2 k128s6 spilled 124-324 B holding the loop)
+    ++pass;
+  }
 }
 
-// Host-side launch; the grid covers the worst-case number of work tiles x the weight-row tiles.
+// CTAs of `kernel` that fit on the current device at once (for the persistent grid); cached per kernel.
+template <class Kernel>
+int resident_ctas(Kernel kernel, int threads, int smem_bytes) {
+  static int cached[64] = {};  // per device ordinal
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  if (cached[device] == 0) {
+    int per_sm = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 0;
+    cached[device] = per_sm * sms;
+  }
+  return cached[device];
+}
+
+// Host-side launch; the grid covers the worst-case number of work tiles x the weight-row tiles, or,
+// persistent, at most as many CTAs as fit on the GPU.
 template <class G, class Epilogue>
-int launch_grouped_gemm(const GemmParams& p, int max_work, cudaStream_t stream) {
+int launch_grouped_gemm(const GemmParams& p, int max_work, bool persistent, cudaStream_t stream) {
   auto kernel = grouped_gemm_kernel<G, Epilogue>;
   if (G::kSmemBytes > 48 * 1024) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
     if (e != cudaSuccess) return int(e);
   }
-  const long blocks = long(max_work) * G::kMTiles;
+  long blocks = long(max_work) * G::kMTiles;
+  if (persistent && G::kPersistent) {
+    const int fit = resident_ctas(kernel, G::kThreads, G::kSmemBytes);
+    if (fit > 0 && fit < blocks) blocks = fit;
+  }
   if (blocks > 0x7fffffffL) return int(cudaErrorInvalidConfiguration);
   return int(launch_pdl(kernel, dim3(unsigned(blocks)), dim3(G::kThreads), G::kSmemBytes, stream, p));
 }

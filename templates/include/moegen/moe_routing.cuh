@@ -1,22 +1,18 @@
-// The MoE layer's non-GEMM stages and the GEMM epilogues, specialized by a `Problem` struct of
-// compile-time constants that moegen renders from the model spec:
+// The MoE layer's non-GEMM stages, specialized by a `Problem` struct of compile-time constants that
+// moegen renders from the model spec:
 //   route (scores, selection, weights, per-expert counts) -> schedule (offsets, GEMM work tiles)
-//   -> scatter (permutation) -> GEMM1 + SwiGLU epilogue -> GEMM2 + routing-weight epilogue
+//   -> scatter (permutation) -> [GEMM1 + SwiGLU, GEMM2 + routing weight: moe_epilogues.cuh]
 //   -> finalize (sum of each token's top-k rows back into token order).
+// Only the layer's translation unit includes this: editing it rebuilds no GEMM kernel.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
 
-#include "moegen/sm90_mxfp4_grouped_gemm.cuh"
+#include "moegen/moe_common.cuh"
+#include "moegen/pdl.cuh"
 
 namespace moegen {
-
-enum RouterKind { kSigmoidGroupTopK = 0, kSoftmaxTopK = 1, kTopKSoftmax = 2 };
-enum GroupScore { kGroupMax = 0, kGroupTop2Sum = 1 };
-enum ActivationKind { kSwiGLU = 0, kSwiGLUOai = 1 };
-
-constexpr int kWarpSize = 32;
 
 struct RoutingParams {
   const void* logits;
@@ -43,15 +39,32 @@ struct RoutingParams {
 __device__ __forceinline__ float load_logit(const float* p) { return *p; }
 __device__ __forceinline__ float load_logit(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
-// Warp-wide argmax of (value, index); ties go to the lower index so selection is deterministic.
-__device__ __forceinline__ void warp_argmax(float& v, int& i) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, v, off);
-    int oi = __shfl_xor_sync(0xffffffffu, i, off);
-    if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
-  }
+// Selection runs on order keys: a float's bits mapped so that unsigned order is float order, and 0
+// (below every key, -inf included) marks an expert masked out or already taken.  A warp's argmax is
+// then two single-instruction reductions (REDUX max of the keys, REDUX min of the lanes' lowest
+// index holding it: ties go to the lower index, as in the reference) instead of five dependent
+// rounds of two shuffles.
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return u ^ ((u & 0x80000000u) ? 0xffffffffu : 0x80000000u);
 }
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float(k ^ ((k & 0x80000000u) ? 0x80000000u : 0xffffffffu));
+}
+
+// The warp's largest key among keys[i] of lane l = expert l + 32 i: returns the lowest such expert.
+template <int N>
+__device__ __forceinline__ int warp_argmax_key(const uint32_t (&keys)[N], int lane) {
+  uint32_t m = keys[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) m = max(m, keys[i]);
+  const uint32_t best = __reduce_max_sync(0xffffffffu, m);
+  uint32_t first = 0xffffffffu;
+#pragma unroll
+  for (int i = N - 1; i >= 0; --i) first = keys[i] == best ? uint32_t(lane + i * kWarpSize) : first;
+  return int(__reduce_min_sync(0xffffffffu, first));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -71,8 +84,21 @@ struct Choice {
   int slot;
 };
 
-// One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of argmax.
+// Group scores by REDUX when every group is whole registers of the warp (group size a multiple of
+// 32; top-2 sums need exactly 32); otherwise lanes < groups scan their group in shared memory.
+template <class P>
+struct GroupByRegisters {
+  static constexpr int GS = P::kExperts / P::kGroups;
+  static constexpr bool value = GS % kWarpSize == 0 && (P::kGroupScore == kGroupMax || GS == kWarpSize);
+};
+template <class P>
+constexpr bool needs_group_smem() {
+  return P::kRouter == kSigmoidGroupTopK && P::kGroups > 1 && !GroupByRegisters<P>::value;
+}
+
+// One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of a REDUX argmax.
 // `counts` may be global (many routing blocks) or shared memory (one block): a generic atomic.
+// `group_sel` (warps x experts floats) is only touched when needs_group_smem<P>().
 template <class P, class LogitT>
 __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane, float (*group_sel)[P::kExperts],
                               int32_t* counts) {
@@ -81,7 +107,7 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
   const LogitT* __restrict__ logits = static_cast<const LogitT*>(rp.logits);
   const float* __restrict__ score_bias = rp.score_bias;
 
-  float sel[PER_LANE], weight_src[PER_LANE];  // selection key, and the value the weight is made from
+  float sel[PER_LANE], weight_src[PER_LANE];  // selection value, and the value the weight is made from
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
     int e = lane + i * kWarpSize;
@@ -111,33 +137,54 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) { weight_src[i] /= z; sel[i] = weight_src[i]; }
   }
-  if constexpr (P::kRouter == kSigmoidGroupTopK && P::kGroups > 1) {
-    constexpr int GS = E / P::kGroups;
+  uint32_t keys[PER_LANE];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i)
-      if (lane + i * kWarpSize < E) group_sel[warp][lane + i * kWarpSize] = sel[i];
-    __syncwarp();
-    float gscore = kNegInf;
-    if (lane < P::kGroups) {
-      float best = kNegInf, second = kNegInf;
-      for (int j = 0; j < GS; ++j) {
-        float v = group_sel[warp][lane * GS + j];
-        if (v > best) { second = best; best = v; } else if (v > second) { second = v; }
+  for (int i = 0; i < PER_LANE; ++i) keys[i] = lane + i * kWarpSize < E ? order_key(sel[i]) : 0u;
+
+  if constexpr (P::kRouter == kSigmoidGroupTopK && P::kGroups > 1) {
+    constexpr int G = P::kGroups, GS = E / G;
+    uint32_t gkey = 0;  // lane g < G: its group's score as an order key
+    if constexpr (GroupByRegisters<P>::value) {
+      constexpr int REGS = GS / kWarpSize;  // group g = registers [g * REGS, (g + 1) * REGS) of every lane
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        uint32_t m = keys[g * REGS];
+#pragma unroll
+        for (int j = 1; j < REGS; ++j) m = max(m, keys[g * REGS + j]);
+        uint32_t score = __reduce_max_sync(0xffffffffu, m);
+        if constexpr (P::kGroupScore == kGroupTop2Sum) {  // REGS == 1: drop the best's lowest lane, max again
+          const uint32_t at = __reduce_min_sync(0xffffffffu, keys[g] == score ? uint32_t(lane) : 0xffffffffu);
+          const uint32_t second = __reduce_max_sync(0xffffffffu, uint32_t(lane) == at ? 0u : keys[g]);
+          score = order_key(key_value(score) + key_value(second));
+        }
+        gkey = lane == g ? score : gkey;
       }
-      gscore = P::kGroupScore == kGroupMax ? best : best + second;
+    } else {
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i)
+        if (lane + i * kWarpSize < E) group_sel[warp][lane + i * kWarpSize] = sel[i];
+      __syncwarp();
+      if (lane < G) {
+        float best = kNegInf, second = kNegInf;
+        for (int j = 0; j < GS; ++j) {
+          float v = group_sel[warp][lane * GS + j];
+          if (v > best) { second = best; best = v; } else if (v > second) { second = v; }
+        }
+        gkey = order_key(P::kGroupScore == kGroupMax ? best : best + second);
+      }
     }
+    // keep the top topk_group groups: the best remaining key, its lowest lane
     uint32_t kept = 0;
     for (int r = 0; r < P::kTopKGroups; ++r) {
-      float v = (kept >> lane) & 1u ? kNegInf : gscore;
-      int idx = lane < P::kGroups ? lane : 1 << 30;
-      if (lane >= P::kGroups) v = kNegInf;
-      warp_argmax(v, idx);
-      kept |= 1u << idx;
+      const uint32_t best = __reduce_max_sync(0xffffffffu, lane < G ? gkey : 0u);
+      const int g = __ffs(__ballot_sync(0xffffffffu, lane < G && gkey == best)) - 1;
+      kept |= 1u << g;
+      if (lane == g) gkey = 0;
     }
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
       int e = lane + i * kWarpSize;
-      if (e < E && !((kept >> (e / GS)) & 1u)) sel[i] = kNegInf;
+      if (e < E && !((kept >> (e / GS)) & 1u)) keys[i] = 0;
     }
   }
 
@@ -146,18 +193,12 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
   float my_w = 0.f;
   float wsum = 0.f;
   for (int k = 0; k < K; ++k) {
-    float v = kNegInf;
-    int idx = 1 << 30;
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {  // -inf marks experts masked out or already taken
-      if (sel[i] > v) { v = sel[i]; idx = lane + i * kWarpSize; }
-    }
-    warp_argmax(v, idx);
+    const int idx = warp_argmax_key(keys, lane);
     // the owner lane reads the weight source and retires the expert
     float w = 0.f;
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
-      if (lane + i * kWarpSize == idx) { w = weight_src[i]; sel[i] = -INFINITY; }
+      if (lane + i * kWarpSize == idx) { w = weight_src[i]; keys[i] = 0; }
     }
     w = __shfl_sync(0xffffffffu, w, idx % kWarpSize);
     if (lane == k) { my_id = idx; my_w = w; }
@@ -183,8 +224,8 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
   return c;
 }
 
-template <class P, bool kSharedCounts>
-__device__ void schedule_warp(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem);
+template <class P, bool kSharedCounts, int kThreads>
+__device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem);
 template <class P>
 __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, int begin, int stride);
 
@@ -205,7 +246,7 @@ __global__ void zero_counters_kernel(int32_t* counters) {
 // the permutation), so routing costs one launch after zero_counters_kernel.
 template <class P, class LogitT>
 __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingParams rp) {
-  __shared__ float group_sel[kRouteWarps][P::kExperts];
+  __shared__ float group_sel[needs_group_smem<P>() ? kRouteWarps : 1][P::kExperts];
   __shared__ int32_t offsets_s[P::kLocalExperts + 1];
   __shared__ bool is_last;
   pdl_launch_dependents();
@@ -219,7 +260,7 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // every other block's counts are visible now
-  if (warp == 0) schedule_warp<P, false>(rp, rp.counts, offsets_s);
+  schedule_block<P, false, kRouteWarps * kWarpSize>(rp, rp.counts, offsets_s);
   if (rp.scatter_in_last_block) {
     __syncthreads();
     scatter_range<P>(rp, offsets_s, threadIdx.x, blockDim.x);
@@ -232,8 +273,9 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
 // short launch (the many-block path spent ~12 us here at T = 1 on an H200).
 template <class P>
 struct OneBlockRouting {
-  // group_sel takes warps x experts floats of the 48 KB static shared memory.
-  static constexpr int kWarps = P::kExperts * 4 * 32 <= 40 * 1024 ? 32 : (P::kExperts * 4 * 16 <= 40 * 1024 ? 16 : 8);
+  // group_sel, where needed, takes warps x experts floats of the 48 KB static shared memory.
+  static constexpr int kWarps = !needs_group_smem<P>() || P::kExperts * 4 * 32 <= 40 * 1024
+                                    ? 32 : (P::kExperts * 4 * 16 <= 40 * 1024 ? 16 : 8);
   // One token per warp: the block runs on one SM, so routing more tokens here is issue-bound
   // (T = 64 at two per warp took 22 us on an H200, against ~13 us for the many-block path).
   static constexpr int kTokensPerWarp = 1;
@@ -245,7 +287,7 @@ template <class P, class LogitT>
 __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_one_block_kernel(RoutingParams rp) {
   using R = OneBlockRouting<P>;
   constexpr int K = P::kTopK;
-  __shared__ float group_sel[R::kWarps][P::kExperts];
+  __shared__ float group_sel[needs_group_smem<P>() ? R::kWarps : 1][P::kExperts];
   __shared__ int32_t counts_s[P::kLocalExperts];
   __shared__ int32_t offsets_s[P::kLocalExperts + 1];
   pdl_launch_dependents();
@@ -259,7 +301,7 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_
     mine[i] = t < rp.num_tokens ? route_token<P, LogitT>(rp, t, warp, lane, group_sel, counts_s) : Choice{0, 0.f, -1};
   }
   __syncthreads();
-  if (warp == 0) schedule_warp<P, true>(rp, counts_s, offsets_s);
+  schedule_block<P, true, R::kWarps * kWarpSize>(rp, counts_s, offsets_s);
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
@@ -277,48 +319,75 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_
   }
 }
 
-// One warp: exclusive scan of the per-expert counts, then the work tiles of both GEMMs.
-// The offsets also go to `offsets_smem`, where the block's scatter reads them.
-template <class P, bool kSharedCounts>
-__device__ void schedule_warp(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem) {
-  constexpr int E = P::kLocalExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize, bn1 = rp.bn1, bn2 = rp.bn2;
-  const int first = lane * PER_LANE;  // each lane owns a run of consecutive experts
-  int c[PER_LANE], rows = 0, tiles1 = 0, tiles2 = 0;
+// Inclusive scan of three counters across a warp.
+__device__ __forceinline__ void warp_inclusive_scan3(int lane, int& a, int& b, int& c) {
 #pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
+  for (int off = 1; off < kWarpSize; off <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, a, off);
+    const int y = __shfl_up_sync(0xffffffffu, b, off);
+    const int z = __shfl_up_sync(0xffffffffu, c, off);
+    if (lane >= off) { a += x; b += y; c += z; }
+  }
+}
+
+// The whole block (kThreads threads, all must call it): exclusive scan of the per-expert counts,
+// then the work tiles of both GEMMs.  Thread i owns a run of consecutive experts; a warp scan, the
+// warps' totals through shared memory and a second warp scan give every thread its offsets, so the
+// latency is two scans and one barrier rather than one warp walking every expert.  The offsets also
+// go to `offsets_smem`, where the block's scatter reads them after a __syncthreads().
+template <class P, bool kSharedCounts, int kThreads>
+__device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem) {
+  constexpr int E = P::kLocalExperts, PER_THREAD = (E + kThreads - 1) / kThreads, kWarps = kThreads / kWarpSize;
+  static_assert(kThreads % kWarpSize == 0 && kWarps <= kWarpSize, "one warp scans the warps' totals");
+  __shared__ int totals_s[kWarps][3];
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  // Tile sizes are powers of two (the config space's block_n; forward() checks): shifts, not divides.
+  const int shift1 = __ffs(rp.bn1) - 1, shift2 = __ffs(rp.bn2) - 1;
+  const int first = tid * PER_THREAD;
+  int c[PER_THREAD], rows = 0, tiles1 = 0, tiles2 = 0;
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
     c[i] = first + i < E ? (kSharedCounts ? counts[first + i] : __ldcg(counts + first + i)) : 0;
     rows += c[i];
-    tiles1 += (c[i] + bn1 - 1) / bn1;
-    tiles2 += (c[i] + bn2 - 1) / bn2;
+    tiles1 += (c[i] + rp.bn1 - 1) >> shift1;
+    tiles2 += (c[i] + rp.bn2 - 1) >> shift2;
   }
   int incl_rows = rows, incl_t1 = tiles1, incl_t2 = tiles2;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    int a = __shfl_up_sync(0xffffffffu, incl_rows, off);
-    int b = __shfl_up_sync(0xffffffffu, incl_t1, off);
-    int d = __shfl_up_sync(0xffffffffu, incl_t2, off);
-    if (lane >= off) { incl_rows += a; incl_t1 += b; incl_t2 += d; }
+  warp_inclusive_scan3(lane, incl_rows, incl_t1, incl_t2);
+  if (lane == kWarpSize - 1) {
+    totals_s[warp][0] = incl_rows;
+    totals_s[warp][1] = incl_t1;
+    totals_s[warp][2] = incl_t2;
   }
-  int row = incl_rows - rows, t1 = incl_t1 - tiles1, t2 = incl_t2 - tiles2;
+  __syncthreads();
+  int w_rows = lane < kWarps ? totals_s[lane][0] : 0, w_t1 = lane < kWarps ? totals_s[lane][1] : 0,
+      w_t2 = lane < kWarps ? totals_s[lane][2] : 0;
+  warp_inclusive_scan3(lane, w_rows, w_t1, w_t2);
+  const int src = warp > 0 ? warp - 1 : 0;  // the warps before this one
+  const int before_rows = __shfl_sync(0xffffffffu, w_rows, src), before_t1 = __shfl_sync(0xffffffffu, w_t1, src),
+            before_t2 = __shfl_sync(0xffffffffu, w_t2, src);
+  const int total_rows = __shfl_sync(0xffffffffu, w_rows, kWarps - 1),
+            total_t1 = __shfl_sync(0xffffffffu, w_t1, kWarps - 1), total_t2 = __shfl_sync(0xffffffffu, w_t2, kWarps - 1);
+  int row = incl_rows - rows + (warp > 0 ? before_rows : 0);
+  int t1 = incl_t1 - tiles1 + (warp > 0 ? before_t1 : 0);
+  int t2 = incl_t2 - tiles2 + (warp > 0 ? before_t2 : 0);
 #pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
+  for (int i = 0; i < PER_THREAD; ++i) {
     int e = first + i;
     if (e < E) {
       rp.offsets[e] = row;
       offsets_smem[e] = row;
-      for (int r = 0; r < c[i]; r += bn1, ++t1) { rp.work1_expert[t1] = e; rp.work1_row0[t1] = row + r; }
-      for (int r = 0; r < c[i]; r += bn2, ++t2) { rp.work2_expert[t2] = e; rp.work2_row0[t2] = row + r; }
+      for (int r = 0; r < c[i]; r += rp.bn1, ++t1) { rp.work1_expert[t1] = e; rp.work1_row0[t1] = row + r; }
+      for (int r = 0; r < c[i]; r += rp.bn2, ++t2) { rp.work2_expert[t2] = e; rp.work2_row0[t2] = row + r; }
       row += c[i];
     }
   }
-  if (lane == 31) {
-    rp.offsets[E] = incl_rows;
-    offsets_smem[E] = incl_rows;
-    rp.num_work[0] = incl_t1;
-    rp.num_work[1] = incl_t2;
+  if (tid == kThreads - 1) {
+    rp.offsets[E] = total_rows;
+    offsets_smem[E] = total_rows;
+    rp.num_work[0] = total_t1;
+    rp.num_work[1] = total_t2;
   }
-  __syncwarp();
 }
 
 // Each (token, slot) routed to a local expert gets its row in expert order.  `offsets` is the
@@ -387,96 +456,5 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
   for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(acc[j]);
   *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
 }
-
-template <class P>
-__device__ __forceinline__ float activation(float gate, float up) {
-  if constexpr (P::kHasLimit) {
-    gate = fminf(gate, P::kLimit);
-    up = fminf(fmaxf(up, -P::kLimit), P::kLimit);
-  }
-  // Fast exp and divide (MUFU): outputs are rounded to bf16, and the IEEE versions cost ~25 more
-  // instructions per element of the GEMM1 epilogue.  exp overflowing to inf gives gate * 0 = -0.
-  if constexpr (P::kActivation == kSwiGLUOai) {
-    return __fdividef(gate, 1.0f + __expf(-P::kAlpha * gate)) * (up + 1.0f);
-  } else {
-    return __fdividef(gate, 1.0f + __expf(-gate)) * up;
-  }
-}
-
-// Epilogue loads go before the stores they feed, in chunks: the compiler must assume a bf16 store
-// may alias a float load, so a load placed after a store waits for it, and an epilogue that
-// interleaved them (one routing weight per element) was a serial chain of L2 round trips, ~128 per
-// thread at m64n256 (ptxas SASS; GEMM2 at T = 16384 stalled on long scoreboard 3.2 per issue).
-constexpr int kEpilogueChunk = 16;
-
-// GEMM1 epilogue: prepare interleaves W1|W3 in blocks of 8 rows (gate rows r..r+7, then the
-// matching up rows), so accumulator rows g and g+8 of a thread are gate and up of one column.
-template <class P>
-struct SwigluEpilogue {
-  template <class Accum, class Coords>
-  __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
-                               int row_base, int row0, int row_end) {
-    constexpr int I = P::kInter;
-    const float escale = __ldg(p.expert_scale + expert);
-    // Every element of this thread is gate/up row pair g / g+8 of one intermediate column j.
-    const int r_first = row_base + cute::get<0>(coords(0));
-    const int j_first = (r_first / 16) * 8 + r_first % 16;
-    float bias_gate = 0.f, bias_up = 0.f;
-    if constexpr (P::kBias13) {
-      if (j_first < I) {
-        bias_gate = __ldg(p.bias + size_t(expert) * 2 * I + j_first);
-        bias_up = __ldg(p.bias + size_t(expert) * 2 * I + I + j_first);
-      }
-    }
-    CUTE_UNROLL
-    for (int e = 0; e < cute::size(acc); e += 4) {
-      CUTE_UNROLL
-      for (int v = 0; v < 2; ++v) {  // elements e+v (row g) and e+v+2 (row g+8)
-        auto mn = coords(e + v);
-        int r = row_base + cute::get<0>(mn);
-        int j = (r / 16) * 8 + r % 16;
-        int row = row0 + cute::get<1>(mn);
-        if (j < I && row < row_end) {
-          float gate = acc(e + v) * escale + bias_gate, up = acc(e + v + 2) * escale + bias_up;
-          p.out[size_t(row) * I + j] = __float2bfloat16(activation<P>(gate, up));
-        }
-      }
-    }
-  }
-};
-
-// GEMM2 epilogue: bias, then the routing weight of the row; finalize sums the rows per token.
-template <class P>
-struct WeightedEpilogue {
-  template <class Accum, class Coords>
-  __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
-                               int row_base, int row0, int row_end) {
-    constexpr int H = P::kHidden, kElems = decltype(cute::size(acc))::value;
-    // kElems = N/2 (N a multiple of 8), e.g. 24 at N = 48: the largest of 16, 8, 4 dividing it
-    constexpr int kChunk = kElems % kEpilogueChunk == 0 ? kEpilogueChunk : (kElems % 8 == 0 ? 8 : 4);
-    static_assert(kElems % kChunk == 0, "accumulator elements come in whole chunks");
-    const float escale = __ldg(p.expert_scale + expert);
-    CUTE_UNROLL
-    for (int e0 = 0; e0 < kElems; e0 += kChunk) {
-      float scale[kChunk];  // routing weight of each element's token row
-      float bias[kChunk];
-      CUTE_UNROLL
-      for (int i = 0; i < kChunk; ++i) {
-        auto mn = coords(e0 + i);
-        const int n = row_base + cute::get<0>(mn), row = row0 + cute::get<1>(mn);
-        scale[i] = row < row_end ? __ldg(p.row_weight + row) : 0.f;
-        bias[i] = 0.f;
-        if constexpr (P::kBias2) bias[i] = n < H ? __ldg(p.bias + size_t(expert) * H + n) : 0.f;
-      }
-      CUTE_UNROLL
-      for (int i = 0; i < kChunk; ++i) {
-        auto mn = coords(e0 + i);
-        const int n = row_base + cute::get<0>(mn), row = row0 + cute::get<1>(mn);
-        if (n < H && row < row_end)
-          p.out[size_t(row) * H + n] = __float2bfloat16((acc(e0 + i) * escale + bias[i]) * scale[i]);
-      }
-    }
-  }
-};
 
 }  // namespace moegen

@@ -1,0 +1,25 @@
+// Arguments of one grouped-GEMM launch: shared by the GEMM kernels and the layer's host code, which
+// includes this rather than the CuTe mainloop.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace moegen::sm90 {
+
+struct GemmParams {
+  const uint8_t* w;              // [E, Npad/64, Kpad/64, 2048]
+  const uint8_t* w_scales;       // [E, Npad/64, Kpad/64, 128]
+  const float* expert_scale;     // [E]
+  const float* bias;             // epilogue bias or nullptr
+  const __nv_bfloat16* act;      // B operand rows, row length K
+  const int32_t* act_row;        // permuted row -> source row of `act` (gather), or nullptr
+  const int32_t* offsets;        // [E+1] first permuted row of each expert
+  const int32_t* work_expert;    // [max_work]
+  const int32_t* work_row0;      // [max_work]
+  const int32_t* num_work;       // [1]
+  const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
+  __nv_bfloat16* out;            // epilogue output
+  int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
+};
+
+}  // namespace moegen::sm90

@@ -1,25 +1,31 @@
 """Build the GPU tests' libraries (every variant of tests/test_gpu_layer.py) in parallel processes.
 
 tools/gpu_check.sh runs this before the tests so that their builds use all cores at once; the tests
-themselves would build each variant on first use, one at a time.
+themselves would build each variant on first use, one at a time.  `--sequential` builds one variant
+at a time (a 2-core machine; tools/stage_carry.sh then carries the libraries to the device).
 """
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's moegen, whatever else is installed
 
 
-def build_variant(variant: str) -> str:
-    from test_gpu_layer import OUT, _spec, gpu_test_configs  # the tests' own variants, kernels, folder
+def build_variant(variant: str, jobs: int = 4) -> str:
+    from gpu_variants import OUT, gpu_test_configs, variant_spec  # the tests' own variants, kernels, folder
     from moegen.build import build
-    spec = _spec(variant)
-    build(spec, "sm90", gpu_test_configs(spec), OUT, jobs=4, log=lambda m: None)
+    spec = variant_spec(variant)
+    build(spec, "sm90", gpu_test_configs(spec), OUT, jobs=jobs, log=lambda m: None)
     return variant
 
 
 if __name__ == "__main__":
-    from test_gpu_layer import VARIANTS
-    with ProcessPoolExecutor(len(VARIANTS)) as pool:
-        for v in pool.map(build_variant, VARIANTS):
-            print("built", v, flush=True)
+    from gpu_variants import VARIANTS
+    if "--sequential" in sys.argv:  # a small machine: one variant at a time, two nvcc processes
+        for v in VARIANTS:
+            print("built", build_variant(v, jobs=2), flush=True)
+    else:
+        with ProcessPoolExecutor(len(VARIANTS)) as pool:
+            for v in pool.map(build_variant, VARIANTS):
+                print("built", v, flush=True)

@@ -2,6 +2,9 @@
 # One GPU session's check, the same every time: build (no-op when the carried generated/ matches by
 # fingerprint), SASS audit, GPU tests, compute-sanitizer, tune, benchmark. Results go to $1 (default
 # results/). SKIP_BUILD, SKIP_PYTEST, SKIP_SANITIZER, SKIP_TUNE, SKIP_BENCH, SKIP_TIMELINE leave a step out.
+# The GPU tests (default model) and the benchmark run once more with the GEMM grid forced to
+# ALT_GRID (default persistent: the layer's own choice is one CTA per tile below 4096 expert rows),
+# so both grids stay tested; SKIP_ALT_BENCH leaves that bench out.
 # Here: `bash tools/stage_carry.sh`; device tool: carry [".carry"], run `bash tools/gpu_check.sh $OUT`.
 # The GPU tests build what they need under generated/_gputest when it was not carried.
 set -uo pipefail
@@ -36,6 +39,9 @@ grep -h "grouped_gemm" "$OUT/sass.txt" | head -4
 step pytest
 [ -n "${SKIP_PYTEST:-}" ] || python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1 || status=1
 grep -E "rel L2|passed|failed|Error" "$OUT/pytest.log" 2>/dev/null | tail -12
+[ -n "${SKIP_PYTEST:-}" ] || MOEGEN_GRID=${ALT_GRID:-persistent} python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s \
+  -k "deepseek-v4-flash" > "$OUT/pytest_alt_grid.log" 2>&1 || status=1
+grep -E "passed|failed|Error" "$OUT/pytest_alt_grid.log" 2>/dev/null | tail -3
 
 step sanitizer
 if [ -z "${SKIP_SANITIZER:-}" ]; then
@@ -53,6 +59,9 @@ fi
 step bench
 [ -n "${SKIP_BENCH:-}" ] || python3 -m moegen bench --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
   --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -12 || status=1
+[ -n "${SKIP_BENCH:-}${SKIP_ALT_BENCH:-}" ] || MOEGEN_GRID=${ALT_GRID:-persistent} python3 -m moegen bench \
+  --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} --json "$OUT/bench_alt_grid.json" \
+  2>&1 | tee "$OUT/bench_alt_grid.log" | tail -9 || status=1
 step timeline  # per-kernel start/end inside one graph replay (routing, GEMMs, finalize, PDL overlap)
 [ -n "${SKIP_TIMELINE:-}" ] || python3 tools/timeline.py deepseek-v4-flash ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \
   > "$OUT/timeline.txt" 2>&1 || status=1

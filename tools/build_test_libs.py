@@ -1,4 +1,4 @@
-"""Build the GPU tests' libraries (every variant of tests/test_gpu_layer.py) in parallel processes.
+"""Build the GPU tests' libraries (every variant in tests/gpu_variants.py) in parallel processes.
 
 tools/gpu_check.sh runs this before the tests so that their builds use all cores at once; the tests
 themselves would build each variant on first use, one at a time.  `--sequential` builds one variant

@@ -483,20 +483,22 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   }
 }
 
-// CTAs of `kernel` that fit on the current device at once (for the persistent grid); cached per kernel.
+// CTAs of `kernel` that fit on the current device at once (for the persistent grid).  `cache` must be
+// the caller's own (one per kernel): a function-local static here would be one per template
+// specialization, and every GEMM kernel has the same pointer type, so all kernels of the library
+// would share the first one's count.
 template <class Kernel>
-int resident_ctas(Kernel kernel, int threads, int smem_bytes) {
-  static int cached[64] = {};  // per device ordinal
+int resident_ctas(Kernel kernel, int threads, int smem_bytes, int (&cache)[64]) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  if (cached[device] == 0) {
+  if (cache[device] == 0) {
     int per_sm = 0, sms = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
       return 0;
-    cached[device] = per_sm * sms;
+    cache[device] = per_sm * sms;
   }
-  return cached[device];
+  return cache[device];
 }
 
 // Host-side launch; the grid covers the worst-case number of work tiles x the weight-row tiles, or,
@@ -510,7 +512,8 @@ int launch_grouped_gemm(const GemmParams& p, int max_work, bool persistent, cuda
   }
   long blocks = long(max_work) * G::kMTiles;
   if (persistent && G::kPersistent) {
-    const int fit = resident_ctas(kernel, G::kThreads, G::kSmemBytes);
+    static int resident_cache[64] = {};  // per device ordinal; this function is one per kernel
+    const int fit = resident_ctas(kernel, G::kThreads, G::kSmemBytes, resident_cache);
     if (fit > 0 && fit < blocks) blocks = fit;
   }
   if (blocks > 0x7fffffffL) return int(cudaErrorInvalidConfiguration);

@@ -42,8 +42,8 @@ constexpr int kMinBlockN = 8;
 
 // GEMM grids are persistent (as many CTAs as fit, each running a strided list of tiles) from this
 // many expert rows (tokens x top_k) up, one CTA per tile below.  H200, deepseek-v4-flash, the same
-// tuned kernels in both modes: persistent 1309 / 3463 / 9471 us at T = 1024 / 4096 / 16384 against
-// 1486 / 3581 / 9440; at T <= 256 one CTA per tile was as fast or faster (T = 4: 105 against 115 us).
+// tuned kernels in both modes: persistent 1313 / 3393 / 9580 us at T = 1024 / 4096 / 16384 against
+// 1500 / 3549 / 9602; at T <= 256 one CTA per tile was as fast or faster (T = 4: 105 against 115 us).
 constexpr long kPersistentGridMinRows = 4096;
 
 // MOEGEN_GRID=tiles | persistent overrides the choice (a switch for benchmarking the two).

@@ -26,7 +26,6 @@ TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block 
 TOLERANCE = 1e-2
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
 _SEED = int(os.environ.get("MOEGEN_TEST_SEED", random.randrange(1 << 30)))
-_spec = variant_spec
 
 
 _layers, _weights = {}, {}
@@ -34,7 +33,7 @@ _layers, _weights = {}, {}
 
 def _layer(variant):
     if variant not in _layers:
-        spec = _spec(variant)
+        spec = variant_spec(variant)
         build(spec, "sm90", gpu_test_configs(spec), OUT, log=lambda m: None)
         _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
     if variant not in _weights:

@@ -98,7 +98,7 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k2880) == SM90_RULES[0][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 64, 8), k4096) == SM90_RULES[1][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 8), cs.GemmShape(256, 128)) == SM90_RULES[3][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), k4096) == SM90_RULES[4][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), cs.GemmShape(256, 256)) is None
@@ -106,9 +106,11 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 64, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 64, 4), k2880) == SM90_RULES[6][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 64, 4), k4096) is None
-    # two 64-row slices per consumer warpgroup double its accumulators and fragments
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 64, 4), k4096) == SM90_RULES[2][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) == SM90_RULES[2][0]
+    # two 64-row slices per consumer warpgroup double its accumulators and fragments: 192 registers
+    # (m256n128k64, m256n64k128) compile spill-free, 256 (m256n128k128) cannot fit in 224
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 64, 4), k4096) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
 
 
 def test_k_padding():

@@ -5,7 +5,8 @@
 # The GPU tests (default model) and the benchmark run once more with the GEMM grid forced to
 # ALT_GRID (default persistent: the layer's own choice is one CTA per tile below 4096 expert rows),
 # so both grids stay tested; SKIP_ALT_BENCH leaves that bench out.
-# Here: `bash tools/stage_carry.sh`; device tool: carry [".carry"], run `bash tools/gpu_check.sh $OUT`.
+# Here: `bash tools/stage_carry.sh`; device tool: carry [".carry"], run
+# `PACK_RESULTS=1 bash tools/gpu_check.sh $OUT` (one results.tgz: the tool returns at most 8 files).
 # The GPU tests build what they need under generated/_gputest when it was not carried.
 set -uo pipefail
 OUT=${1:-results}
@@ -68,6 +69,11 @@ step timeline  # per-kernel start/end inside one graph replay (routing, GEMMs, f
 if [ -n "${PACK_BUILDS:-}" ]; then  # the built libraries, to carry into the next call (tools/stage_carry.sh layout)
   find generated \( -name manifest.json -o -name 'libmoegen-*.so' -o -path '*/dispatch/*' -o -path '*/logs/*' \) \
     -print0 | tar czf "$OUT/generated.tgz" --null -T -
+fi
+# The device tool brings back at most 8 files from $OUT: PACK_RESULTS=1 packs everything into one.
+if [ -n "${PACK_RESULTS:-}" ]; then
+  tar czf /tmp/gpu_check_results.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && \
+    mv /tmp/gpu_check_results.tgz "$OUT/results.tgz"
 fi
 echo "gpu_check status $status"
 exit $status

@@ -17,4 +17,5 @@ if ! ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
     --platform manylinux2014_x86_64 -d .whl nvidia-cutlass==4.2.0.0
 fi
 cp .whl/nvidia_cutlass-*.whl .carry/whl/
+git describe --always --dirty > .carry/commit.txt  # gpu_check.sh records it with the results
 du -sh .carry

@@ -54,7 +54,8 @@ def smem_bytes(c: KernelConfig) -> int:
     b = c.block_n * c.block_k * 2 * c.stages  # bf16 activation tiles
     a = (c.block_m // 64) * (c.block_k // 64) * (2048 + 128) * c.stages  # e2m1 atoms + e8m0 scales
     barriers = 16 * c.stages  # full + empty mbarrier per slot
-    return b + a + barriers + 1024  # + alignment of the swizzled B tile
+    row_factors = 2 * c.block_n * 4 if c.gemm == "gemm2" else 4  # routing weights, double-buffered
+    return b + a + barriers + row_factors + 1024  # + alignment of the swizzled B tile
 
 
 def slices_per_consumer(c: KernelConfig) -> int:

@@ -13,9 +13,11 @@ struct GemmParams {
   const float* bias;             // epilogue bias or nullptr
   const __nv_bfloat16* act;      // B operand rows, row length K
   const int32_t* act_row;        // permuted row -> source row of `act` (gather), or nullptr
-  const int32_t* offsets;        // [E+1] first permuted row of each expert
+  // Work tiles (the routing's schedule): expert, first row, and the expert's end row.  Three
+  // independent loads: a CTA's next tile is fetched while it runs the current one.
   const int32_t* work_expert;    // [max_work]
   const int32_t* work_row0;      // [max_work]
+  const int32_t* work_row_end;   // [max_work]
   const int32_t* num_work;       // [1]
   const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
   __nv_bfloat16* out;            // epilogue output

@@ -24,21 +24,18 @@ __device__ __forceinline__ float activation(float gate, float up) {
   }
 }
 
-// Epilogue loads go before the stores they feed, in chunks: the compiler must assume a bf16 store
-// may alias a float load, so a load placed after a store waits for it, and an epilogue that
-// interleaved them (one routing weight per element) was a serial chain of L2 round trips, ~128 per
-// thread at m64n256 (ptxas SASS; GEMM2 at T = 16384 stalled on long scoreboard 3.2 per issue).
-constexpr int kEpilogueChunk = 16;
-
+// Epilogues take the expert's scale (2^shift folded out of its e8m0 scales) from the kernel, which
+// loads it when the tile starts.
+//
 // GEMM1 epilogue: prepare interleaves W1|W3 in blocks of 8 rows (gate rows r..r+7, then the
 // matching up rows), so accumulator rows g and g+8 of a thread are gate and up of one column.
 template <class P>
 struct SwigluEpilogue {
+  static constexpr bool kRowFactors = false;
   template <class Accum, class Coords>
   __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
-                               int row_base, int row0, int row_end) {
+                               int row_base, int row0, int row_end, float escale, const float* /*row_factors*/) {
     constexpr int I = P::kInter;
-    const float escale = __ldg(p.expert_scale + expert);
     // Every element of this thread is gate/up row pair g / g+8 of one intermediate column j.
     const int r_first = row_base + cute::get<0>(coords(0));
     const int j_first = (r_first / 16) * 8 + r_first % 16;
@@ -66,35 +63,34 @@ struct SwigluEpilogue {
   }
 };
 
-// GEMM2 epilogue: bias, then the routing weight of the row; finalize sums the rows per token.
+// GEMM2 epilogue: bias, then the routing weight of the row (staged in shared memory by the kernel
+// before the epilogue: `row_factors[row - row0]`); finalize sums the rows per token.  No global load
+// sits between the stores, so they stream.
 template <class P>
 struct WeightedEpilogue {
+  static constexpr bool kRowFactors = true;
   template <class Accum, class Coords>
   __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
-                               int row_base, int row0, int row_end) {
-    constexpr int H = P::kHidden, kElems = decltype(cute::size(acc))::value;
-    // kElems = N/2 (N a multiple of 8), e.g. 24 at N = 48: the largest of 16, 8, 4 dividing it
-    constexpr int kChunk = kElems % kEpilogueChunk == 0 ? kEpilogueChunk : (kElems % 8 == 0 ? 8 : 4);
-    static_assert(kElems % kChunk == 0, "accumulator elements come in whole chunks");
-    const float escale = __ldg(p.expert_scale + expert);
+                               int row_base, int row0, int row_end, float escale, const float* row_factors) {
+    constexpr int H = P::kHidden;
+    // A thread's elements lie on two output rows n: those of elements 0 and 2 (rows g and g + 8).
+    float bias_lo = 0.f, bias_hi = 0.f;
+    if constexpr (P::kBias2) {
+      const int n_lo = row_base + cute::get<0>(coords(0)), n_hi = row_base + cute::get<0>(coords(2));
+      if (n_lo < H) bias_lo = __ldg(p.bias + size_t(expert) * H + n_lo);
+      if (n_hi < H) bias_hi = __ldg(p.bias + size_t(expert) * H + n_hi);
+    }
+    // Element e sits in token column 2 (lane % 4) + 8 (e / 4) + e % 2 (the wgmma accumulator
+    // layout): one base register plus immediates, rather than an address per element, which
+    // ptxas hoisted out of the tile loop and spilled.
+    const float* factors = row_factors + 2 * (threadIdx.x % 4);
     CUTE_UNROLL
-    for (int e0 = 0; e0 < kElems; e0 += kChunk) {
-      float scale[kChunk];  // routing weight of each element's token row
-      float bias[kChunk];
-      CUTE_UNROLL
-      for (int i = 0; i < kChunk; ++i) {
-        auto mn = coords(e0 + i);
-        const int n = row_base + cute::get<0>(mn), row = row0 + cute::get<1>(mn);
-        scale[i] = row < row_end ? __ldg(p.row_weight + row) : 0.f;
-        bias[i] = 0.f;
-        if constexpr (P::kBias2) bias[i] = n < H ? __ldg(p.bias + size_t(expert) * H + n) : 0.f;
-      }
-      CUTE_UNROLL
-      for (int i = 0; i < kChunk; ++i) {
-        auto mn = coords(e0 + i);
-        const int n = row_base + cute::get<0>(mn), row = row0 + cute::get<1>(mn);
-        if (n < H && row < row_end)
-          p.out[size_t(row) * H + n] = __float2bfloat16((acc(e0 + i) * escale + bias[i]) * scale[i]);
+    for (int e = 0; e < cute::size(acc); ++e) {
+      auto mn = coords(e);
+      const int n = row_base + cute::get<0>(mn), row = row0 + cute::get<1>(mn);
+      if (n < H && row < row_end) {
+        const float bias = (e & 2) ? bias_hi : bias_lo;
+        p.out[size_t(row) * H + n] = __float2bfloat16((acc(e) * escale + bias) * factors[8 * (e / 4) + e % 2]);
       }
     }
   }

@@ -79,8 +79,10 @@ struct Workspace {
   int32_t* token_row;
   int32_t* work1_expert;
   int32_t* work1_row0;
+  int32_t* work1_row_end;
   int32_t* work2_expert;
   int32_t* work2_row0;
+  int32_t* work2_row_end;
   int32_t* num_work;
   __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
   __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
@@ -106,8 +108,10 @@ struct Workspace {
     take(w.token_row, rows);
     take(w.work1_expert, max_work);
     take(w.work1_row0, max_work);
+    take(w.work1_row_end, max_work);
     take(w.work2_expert, max_work);
     take(w.work2_row0, max_work);
+    take(w.work2_row_end, max_work);
     take(w.num_work, 2);
     take(w.h, size_t(rows) * P::kInter);
     take(w.y, size_t(rows) * P::kHidden);
@@ -166,8 +170,10 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   rp.bn2 = bn2;
   rp.work1_expert = ws.work1_expert;
   rp.work1_row0 = ws.work1_row0;
+  rp.work1_row_end = ws.work1_row_end;
   rp.work2_expert = ws.work2_expert;
   rp.work2_row0 = ws.work2_row0;
+  rp.work2_row_end = ws.work2_row_end;
   rp.num_work = ws.num_work;
   rp.row_token = ws.row_token;
   rp.row_weight = ws.row_weight;
@@ -199,9 +205,9 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   g1.bias = a.b13;
   g1.act = static_cast<const __nv_bfloat16*>(a.hidden);
   g1.act_row = ws.row_token;  // gather fused into the B-operand loads
-  g1.offsets = ws.offsets;
   g1.work_expert = ws.work1_expert;
   g1.work_row0 = ws.work1_row0;
+  g1.work_row_end = ws.work1_row_end;
   g1.num_work = ws.num_work;
   g1.out = ws.h;
   g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
@@ -215,9 +221,9 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   g2.bias = a.b2;
   g2.act = ws.h;
   g2.act_row = nullptr;
-  g2.offsets = ws.offsets;
   g2.work_expert = ws.work2_expert;
   g2.work_row0 = ws.work2_row0;
+  g2.work_row_end = ws.work2_row_end;
   g2.num_work = ws.num_work + 1;
   g2.row_weight = ws.row_weight;
   g2.out = ws.y;

@@ -25,10 +25,12 @@ struct RoutingParams {
   int32_t* slot_in_expert;  // [T, K]
   int32_t* offsets;         // [E_local + 1]
   int bn1, bn2;             // token rows per GEMM1 / GEMM2 work tile
-  int32_t* work1_expert;
+  int32_t* work1_expert;    // per GEMM1 work tile: its expert, first row, and the expert's end row
   int32_t* work1_row0;
+  int32_t* work1_row_end;
   int32_t* work2_expert;
   int32_t* work2_row0;
+  int32_t* work2_row_end;
   int32_t* num_work;        // [2]
   int32_t* row_token;       // [rows] permuted row -> token
   float* row_weight;        // [rows]
@@ -377,8 +379,16 @@ __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, i
     if (e < E) {
       rp.offsets[e] = row;
       offsets_smem[e] = row;
-      for (int r = 0; r < c[i]; r += rp.bn1, ++t1) { rp.work1_expert[t1] = e; rp.work1_row0[t1] = row + r; }
-      for (int r = 0; r < c[i]; r += rp.bn2, ++t2) { rp.work2_expert[t2] = e; rp.work2_row0[t2] = row + r; }
+      for (int r = 0; r < c[i]; r += rp.bn1, ++t1) {
+        rp.work1_expert[t1] = e;
+        rp.work1_row0[t1] = row + r;
+        rp.work1_row_end[t1] = row + c[i];
+      }
+      for (int r = 0; r < c[i]; r += rp.bn2, ++t2) {
+        rp.work2_expert[t2] = e;
+        rp.work2_row0[t2] = row + r;
+        rp.work2_row_end[t2] = row + c[i];
+      }
       row += c[i];
     }
   }

@@ -132,8 +132,13 @@ struct GroupedGemm {
     alignas(128) uint8_t s[Stages][kSlices][kAtomsK][kAtomScaleBytes];
     uint64_t full[Stages];   // weights (bulk copy bytes) + B rows (producer lanes' cp.async) landed
     uint64_t empty[Stages];  // every consumer thread's wgmma reading the slot retired
+    // The tile's per-row epilogue factors (GEMM2: routing weights), double-buffered by tile parity.
+    float row_factor[Epilogue::kRowFactors ? 2 : 1][Epilogue::kRowFactors ? BN : 1];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "SM90 gives a CTA at most 227 KiB of shared memory");
+  // Row factors each consumer thread loads (before the mainloop) and stages (before the epilogue).
+  static constexpr int kRowFactorsPerThread = Epilogue::kRowFactors ? ceil_div(BN, kConsumerThreads) : 0;
   static constexpr uint32_t kWeightBytesPerStage = kSlices * kAtomsK * (kAtomBytes + kAtomScaleBytes);
 
   // B copies: lane = (rr, kq) of producer warp w copies rows rr + 8 (w + W i) (one swizzle phase, so each destination
@@ -175,12 +180,50 @@ __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
       " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase), "r"(0x989680) : "memory");
 }
 
+// One (work tile, weight-row tile) pair: the expert, its 0-based weight-row tile, the tile's first
+// token row and the expert's end row.
+struct WorkTile {
+  int expert, m_tile, row0, row_end;
+};
+
+// What the epilogue needs besides the accumulators: the expert's scale and, for GEMM2, the routing
+// weight of each token row, loaded once per tile (one or two per consumer thread, all in flight
+// together) and staged in shared memory, where the epilogue reads them.  The epilogue used to load
+// each element's weight itself, in chunks of 16: an L2 round trip per chunk between its stores.
+// (Loading them when the tile starts, to land during the mainloop, kept registers live through it
+// and spilled m128n64k128 and m64n128k64.)
+template <class G>
+struct RowFactors {
+  float expert_scale;  // the expert's 2^shift, for every epilogue
+
+  // Consumer threads only (named barrier 1): `dst` is complete when this returns.
+  __device__ __forceinline__ void stage(const GemmParams& p, const WorkTile& t, float* dst) {
+    expert_scale = __ldg(p.expert_scale + t.expert);
+    if constexpr (G::kRowFactorsPerThread > 0) {
+      float v[G::kRowFactorsPerThread];
+      CUTE_UNROLL
+      for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
+        const int j = int(threadIdx.x) + i * G::kConsumerThreads, row = t.row0 + j;
+        v[i] = j < G::BN && row < t.row_end ? __ldcg(p.row_weight + row) : 0.f;
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
+        const int j = int(threadIdx.x) + i * G::kConsumerThreads;
+        if (j < G::BN) dst[j] = v[i];
+      }
+      asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
+    }
+  }
+};
+
 // Consumer warpgroups for a tile whose token rows fit in NA <= BN columns: widen the weights, run
 // the NA-wide wgmmas on the first NA rows of the B ring, release slots, then the epilogue.
 template <class G, class Epilogue, int NA>
-__device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedStorage& ss, int expert, int m_tile,
-                                        int row0, int row_end, uint32_t full0, uint32_t empty0, uint32_t phase0) {
+__device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedStorage& ss, const WorkTile& t,
+                                        RowFactors<G>& factors, float* factors_smem, uint32_t full0,
+                                        uint32_t empty0, uint32_t phase0) {
   using namespace cute;
+  const int expert = t.expert, m_tile = t.m_tile, row0 = t.row0, row_end = t.row_end;
   constexpr int BK = G::BK, Stages = G::Stages, kKTiles = G::kKTiles, kAtomsK = G::kAtomsK;
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -314,24 +357,27 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // The last slot goes back too: the producer refills the ring for this CTA's next tile while the
   // epilogue runs.
   mbar_arrive(empty_bar((kKTiles - 1) % Stages));
+  factors.stage(p, t, factors_smem);
   Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<_64, Int<NA>>{}));
   CUTE_UNROLL
   for (int r = 0; r < R; ++r) {
     warpgroup_fence_operand(accum[r]);
-    Epilogue::apply(p, accum[r], tCcC, expert, m_tile * G::BM + (wg * R + r) * 64, row0, row_end);
+    Epilogue::apply(p, accum[r], tCcC, expert, m_tile * G::BM + (wg * R + r) * 64, row0, row_end,
+                    factors.expert_scale, factors_smem);
   }
 }
 
 // Runs consume<.., I * kNStep> for the tile's width in steps (one branch per CTA, uniform).
 template <class G, class Epilogue, int I>
 __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G::SharedStorage& ss, int steps,
-                                                 int expert, int m_tile, int row0, int row_end, uint32_t full0,
-                                                 uint32_t empty0, uint32_t phase0) {
+                                                 const WorkTile& t, RowFactors<G>& factors,
+                                                 float* factors_smem, uint32_t full0, uint32_t empty0,
+                                                 uint32_t phase0) {
   if constexpr (I * G::kNStep >= G::BN) {
-    consume<G, Epilogue, G::BN>(p, ss, expert, m_tile, row0, row_end, full0, empty0, phase0);
+    consume<G, Epilogue, G::BN>(p, ss, t, factors, factors_smem, full0, empty0, phase0);
   } else {
-    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, expert, m_tile, row0, row_end, full0, empty0, phase0);
-    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, expert, m_tile, row0, row_end, full0, empty0, phase0);
+    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, t, factors, factors_smem, full0, empty0, phase0);
+    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, t, factors, factors_smem, full0, empty0, phase0);
   }
 }
 
@@ -360,13 +406,12 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   // its token rows through L2, which then come from HBM once rather than once per row tile.
   const int num_tiles = __ldcg(p.num_work) * G::kMTiles;
   if (int(blockIdx.x) >= num_tiles) return;  // the grid is sized for the worst routing; idle CTAs leave
-  struct Tile {
-    int expert, m_tile, row0, row_end;
-  };
+  // One L2 round trip: the schedule holds each work tile's end row (it used to be offsets[expert + 1],
+  // a second round trip behind the expert's).
   auto load_tile = [&](int tile) {
     const int work = tile / G::kMTiles;
-    const int expert = __ldcg(p.work_expert + work);
-    return Tile{expert, tile % G::kMTiles, __ldcg(p.work_row0 + work), __ldcg(p.offsets + expert + 1)};
+    return WorkTile{__ldcg(p.work_expert + work), tile % G::kMTiles, __ldcg(p.work_row0 + work),
+                    __ldcg(p.work_row_end + work)};
   };
   const int tid = threadIdx.x;
 
@@ -411,7 +456,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     uint32_t pass = 0;  // ring passes completed before this tile (each tile is kKTiles / Stages of them)
     for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
       const bool first = tile == int(blockIdx.x);
-      const Tile t = load_tile(tile);
+      const WorkTile t = load_tile(tile);
       const size_t atom0 = (size_t(t.expert) * (G::kNPad / kAtomRows) + size_t(t.m_tile) * G::kSlices) * kAtomsKTotal;
       auto issue_weights = [&](int kt) {
         const int slot = kt % Stages;
@@ -471,13 +516,14 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   pdl_launch_dependents();
   uint32_t pass = 0;
   for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
-    const Tile t = load_tile(tile);
+    const WorkTile t = load_tile(tile);
+    RowFactors<G> factors;
     // An expert's last tile is usually partly empty: run the narrowest wgmma N that covers its rows.
     const int rows = min(BN, t.row_end - t.row0);
     // Parity of the ring pass this tile's first K tile reads (kKTiles / Stages passes per tile).
     const uint32_t phase0 = (pass * uint32_t(kKTiles / Stages)) & 1u;
-    consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t.expert, t.m_tile, t.row0,
-                                     t.row_end, full0, empty0, phase0);
+    consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t, factors,
+                                     &ss.row_factor[Epilogue::kRowFactors ? pass & 1 : 0][0], full0, empty0, phase0);
     if constexpr (!G::kPersistent) break;  // one tile (gemm2 k128s6 spilled 124-324 B holding the loop)
     ++pass;
   }

@@ -7,7 +7,8 @@
 # Then: device run with carry [".carry"], command `bash tools/gpu_check.sh $OUT`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m moegen build --model deepseek-v4-flash --arch sm90 --kernels all -j 2 | tail -1
+# KERNELS=name,name,... stages a subset of the space (a quicker A/B; say so with its results).
+python3 -m moegen build --model deepseek-v4-flash --arch sm90 --kernels "${KERNELS:-all}" -j 2 | tail -1
 [ -n "${SKIP_TEST_LIBS:-}" ] || python3 tools/build_test_libs.py --sequential
 rm -rf .carry && mkdir -p .carry/whl
 find generated \( -name manifest.json -o -name 'libmoegen-*.so' -o -path '*/dispatch/*' -o -path '*/logs/*' \) \

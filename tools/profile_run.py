@@ -4,6 +4,7 @@
         --launch-count 5 python3 tools/profile_run.py deepseek-v4-flash 1 [build-dir]
 The build dir defaults to the tests' build; pass generated/<model>/sm90 for a tuned library.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,12 @@ spec = load_model(model)
 layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
 w = random_weights(spec, "cuda", 1)
 x = random_inputs(spec, T, "cuda", 2)
-print("kernels:", [layer.kernels[i].name for i in layer.choose_kernels(T)])
+# MOEGEN_PROFILE_KERNELS=gemm1_name,gemm2_name picks the kernels (under ncu NVML can fail, the
+# driver version then differs from the dispatch table's and the layer falls back to its heuristic).
+names = [n for n in os.environ.get("MOEGEN_PROFILE_KERNELS", "").split(",") if n]
+all_names = [k.name for k in layer.kernels]
+kernels = tuple(all_names.index(n) for n in names) if names else layer.choose_kernels(T)
+print("kernels:", [layer.kernels[i].name for i in kernels])
 for _ in range(2):
-    layer(x.hidden, x.logits, w.prepared, x.score_bias)
+    layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)
 torch.cuda.synchronize()

@@ -137,7 +137,7 @@ struct GroupedGemm {
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "SM90 gives a CTA at most 227 KiB of shared memory");
-  // Row factors each consumer thread loads (before the mainloop) and stages (before the epilogue).
+  // Row factors each consumer thread loads and stages in shared memory before the epilogue.
   static constexpr int kRowFactorsPerThread = Epilogue::kRowFactors ? ceil_div(BN, kConsumerThreads) : 0;
   static constexpr uint32_t kWeightBytesPerStage = kSlices * kAtomsK * (kAtomBytes + kAtomScaleBytes);
 

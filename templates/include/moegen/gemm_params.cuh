@@ -13,8 +13,8 @@ struct GemmParams {
   const float* bias;             // epilogue bias or nullptr
   const __nv_bfloat16* act;      // B operand rows, row length K
   const int32_t* act_row;        // permuted row -> source row of `act` (gather), or nullptr
-  // Work tiles (the routing's schedule): expert, first row, and the expert's end row.  Three
-  // independent loads: a CTA's next tile is fetched while it runs the current one.
+  // Work tiles (the routing's schedule): expert, first row, and the expert's end row: three
+  // independent loads, one L2 round trip when a CTA starts a tile.
   const int32_t* work_expert;    // [max_work]
   const int32_t* work_row0;      // [max_work]
   const int32_t* work_row_end;   // [max_work]

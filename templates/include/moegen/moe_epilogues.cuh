@@ -25,7 +25,7 @@ __device__ __forceinline__ float activation(float gate, float up) {
 }
 
 // Epilogues take the expert's scale (2^shift folded out of its e8m0 scales) from the kernel, which
-// loads it with the tile's other epilogue inputs just before the epilogue (RowFactors).
+// loads it with the tile's other epilogue inputs just before the epilogue (stage_epilogue_inputs).
 //
 // GEMM1 epilogue: prepare interleaves W1|W3 in blocks of 8 rows (gate rows r..r+7, then the
 // matching up rows), so accumulator rows g and g+8 of a thread are gate and up of one column.

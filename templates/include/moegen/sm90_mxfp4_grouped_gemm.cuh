@@ -192,36 +192,34 @@ struct WorkTile {
 // each element's weight itself, in chunks of 16: an L2 round trip per chunk between its stores.
 // (Loading them when the tile starts, to land during the mainloop, kept registers live through it
 // and spilled m128n64k128 and m64n128k64.)
+//
+// Consumer threads only (named barrier 1): `row_factors` is complete when this returns; the
+// expert's scale (2^shift folded out of its e8m0 scales) is returned.
 template <class G>
-struct RowFactors {
-  float expert_scale;  // the expert's 2^shift, for every epilogue
-
-  // Consumer threads only (named barrier 1): `dst` is complete when this returns.
-  __device__ __forceinline__ void stage(const GemmParams& p, const WorkTile& t, float* dst) {
-    expert_scale = __ldg(p.expert_scale + t.expert);
-    if constexpr (G::kRowFactorsPerThread > 0) {
-      float v[G::kRowFactorsPerThread];
-      CUTE_UNROLL
-      for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
-        const int j = int(threadIdx.x) + i * G::kConsumerThreads, row = t.row0 + j;
-        v[i] = j < G::BN && row < t.row_end ? __ldcg(p.row_weight + row) : 0.f;
-      }
-      CUTE_UNROLL
-      for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
-        const int j = int(threadIdx.x) + i * G::kConsumerThreads;
-        if (j < G::BN) dst[j] = v[i];
-      }
-      asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
+__device__ __forceinline__ float stage_epilogue_inputs(const GemmParams& p, const WorkTile& t, float* row_factors) {
+  const float expert_scale = __ldg(p.expert_scale + t.expert);
+  if constexpr (G::kRowFactorsPerThread > 0) {
+    float v[G::kRowFactorsPerThread];
+    CUTE_UNROLL
+    for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
+      const int j = int(threadIdx.x) + i * G::kConsumerThreads, row = t.row0 + j;
+      v[i] = j < G::BN && row < t.row_end ? __ldcg(p.row_weight + row) : 0.f;
     }
+    CUTE_UNROLL
+    for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
+      const int j = int(threadIdx.x) + i * G::kConsumerThreads;
+      if (j < G::BN) row_factors[j] = v[i];
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
   }
-};
+  return expert_scale;
+}
 
 // Consumer warpgroups for a tile whose token rows fit in NA <= BN columns: widen the weights, run
 // the NA-wide wgmmas on the first NA rows of the B ring, release slots, then the epilogue.
 template <class G, class Epilogue, int NA>
 __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedStorage& ss, const WorkTile& t,
-                                        RowFactors<G>& factors, float* factors_smem, uint32_t full0,
-                                        uint32_t empty0, uint32_t phase0) {
+                                        float* row_factors, uint32_t full0, uint32_t empty0, uint32_t phase0) {
   using namespace cute;
   const int expert = t.expert, m_tile = t.m_tile, row0 = t.row0, row_end = t.row_end;
   constexpr int BK = G::BK, Stages = G::Stages, kKTiles = G::kKTiles, kAtomsK = G::kAtomsK;
@@ -357,27 +355,26 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // The last slot goes back too: the producer refills the ring for this CTA's next tile while the
   // epilogue runs.
   mbar_arrive(empty_bar((kKTiles - 1) % Stages));
-  factors.stage(p, t, factors_smem);
+  const float expert_scale = stage_epilogue_inputs<G>(p, t, row_factors);
   Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<_64, Int<NA>>{}));
   CUTE_UNROLL
   for (int r = 0; r < R; ++r) {
     warpgroup_fence_operand(accum[r]);
     Epilogue::apply(p, accum[r], tCcC, expert, m_tile * G::BM + (wg * R + r) * 64, row0, row_end,
-                    factors.expert_scale, factors_smem);
+                    expert_scale, row_factors);
   }
 }
 
 // Runs consume<.., I * kNStep> for the tile's width in steps (one branch per CTA, uniform).
 template <class G, class Epilogue, int I>
 __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G::SharedStorage& ss, int steps,
-                                                 const WorkTile& t, RowFactors<G>& factors,
-                                                 float* factors_smem, uint32_t full0, uint32_t empty0,
-                                                 uint32_t phase0) {
+                                                 const WorkTile& t, float* row_factors, uint32_t full0,
+                                                 uint32_t empty0, uint32_t phase0) {
   if constexpr (I * G::kNStep >= G::BN) {
-    consume<G, Epilogue, G::BN>(p, ss, t, factors, factors_smem, full0, empty0, phase0);
+    consume<G, Epilogue, G::BN>(p, ss, t, row_factors, full0, empty0, phase0);
   } else {
-    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, t, factors, factors_smem, full0, empty0, phase0);
-    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, t, factors, factors_smem, full0, empty0, phase0);
+    if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, t, row_factors, full0, empty0, phase0);
+    else consume_dispatch<G, Epilogue, I + 1>(p, ss, steps, t, row_factors, full0, empty0, phase0);
   }
 }
 
@@ -517,12 +514,11 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   uint32_t pass = 0;
   for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
     const WorkTile t = load_tile(tile);
-    RowFactors<G> factors;
     // An expert's last tile is usually partly empty: run the narrowest wgmma N that covers its rows.
     const int rows = min(BN, t.row_end - t.row0);
     // Parity of the ring pass this tile's first K tile reads (kKTiles / Stages passes per tile).
     const uint32_t phase0 = (pass * uint32_t(kKTiles / Stages)) & 1u;
-    consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t, factors,
+    consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t,
                                      &ss.row_factor[Epilogue::kRowFactors ? pass & 1 : 0][0], full0, empty0, phase0);
     if constexpr (!G::kPersistent) break;  // one tile (gemm2 k128s6 spilled 124-324 B holding the loop)
     ++pass;

@@ -243,8 +243,10 @@ def read_manifest(out_dir: Path) -> dict | None:
 
 _PTXAS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-# ptxas advisory C7513: wgmma.mma_async serialized (each waits for the previous), a silent slowdown
-_WGMMA_SERIALIZED = re.compile(r"\(C7513\)")
+# ptxas advisories C751x "wgmma.mma_async instructions are serialized" (each waits for the previous:
+# C7512 for lack of registers, C7513 for non-wgmma instructions writing wgmma inputs mid-pipeline),
+# a silent slowdown
+_WGMMA_SERIALIZED = re.compile(r"\(C751\d\) Potential Performance Loss: wgmma\.mma_async instructions are serialized")
 
 
 def ptxas_resources(log: str) -> dict:
@@ -309,7 +311,7 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
                 res = ptxas_resources(text)
                 result.resources[step.name] = res
                 spill = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
-                spill += ", WGMMA SERIALIZED (ptxas C7513)" if res["wgmma_serialized"] else ""
+                spill += ", WGMMA SERIALIZED (ptxas C751x)" if res["wgmma_serialized"] else ""
                 log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{spill}")
             else:
                 failures.append((step, text))

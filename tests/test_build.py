@@ -306,6 +306,8 @@ ptxas info    : Used 90 registers, used 0 barriers, 400 bytes cmem[0]
 """
 SERIALIZED_LOG = """ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage in the function '_ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE'
 """
+REGISTER_SERIALIZED_LOG = """ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the function '_ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE'
+"""
 CLEAN = {"spill_bytes": 0, "wgmma_serialized": 0}
 
 
@@ -314,6 +316,7 @@ def test_ptxas_resources():
     first = PTXAS_LOG.split("ptxas info    : Compiling entry function '_ZN6moegen12route")[0]
     assert ptxas_resources(first) == {"max_registers": 168, "spill_bytes": 8, "wgmma_serialized": 0}
     assert ptxas_resources(SERIALIZED_LOG + PTXAS_LOG)["wgmma_serialized"] == 1
+    assert ptxas_resources(REGISTER_SERIALIZED_LOG + PTXAS_LOG)["wgmma_serialized"] == 1  # C7512 counts too
 
 
 def test_ptxas_resources_empty_log():

@@ -91,10 +91,11 @@ def test_every_kernel_is_correct(variant):
             check(variant, T, kernels=(a, b), seed_offset=a)
 
 
-def test_cuda_graph_replay():
+@pytest.mark.parametrize("T", (64, 1024))  # 1024: the persistent grid, whose tile counters each call resets
+def test_cuda_graph_replay(T):
     layer, w = _layer("deepseek-v4-flash")
     spec = layer.spec
-    x = random_inputs(spec, 64, "cuda", _SEED + 5)
+    x = random_inputs(spec, T, "cuda", _SEED + 5)
     static = [x.hidden.clone(), x.logits.clone(), x.score_bias.clone()]
     layer(*static[:2], w.prepared, static[2])  # warm-up outside capture
     torch.cuda.synchronize()
@@ -102,7 +103,7 @@ def test_cuda_graph_replay():
     with torch.cuda.graph(graph):
         res = layer(*static[:2], w.prepared, static[2])
     for seed in (11, 12):
-        y = random_inputs(spec, 64, "cuda", _SEED + seed)
+        y = random_inputs(spec, T, "cuda", _SEED + seed)
         for buf, new in zip(static, (y.hidden, y.logits, y.score_bias)):
             buf.copy_(new)
         graph.replay()

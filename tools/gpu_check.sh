@@ -34,8 +34,9 @@ for lib in generated/*/sm90/libmoegen-*.so generated/_gputest/*/sm90/libmoegen-*
   echo "# $lib"; cuobjdump --dump-sass "$lib" | python3 tools/sass_audit.py || echo "SASS AUDIT FAILED: $lib"
 done > "$OUT/sass.txt" 2>&1
 # ptxas advisories C751x (wgmma serialized; C7512: registers, C7513: wgmma inputs written mid-pipeline)
-# are a silent slowdown: listed here for every built kernel; a dispatch table picking one fails the
-# check after the tune step.
+# are listed for every built kernel, and the dispatch table's picks among them after the tune step.
+# Not a failure: one-warpgroup kernels serialized at 3-5 CTAs per SM beat their unserialized builds
+# at 2 (H200, 27b50d6), so the tuner arbitrates.
 python3 tools/serialized_kernels.py generated/*/sm90 generated/_gputest/*/sm90 | \
   sed 's/^/WGMMA SERIALIZED: /' >> "$OUT/sass.txt"
 grep -c "FAILED" "$OUT/sass.txt" && status=1
@@ -61,7 +62,7 @@ if [ -z "${SKIP_TUNE:-}" ]; then  # the default model's library as built/carried
   cp generated/deepseek-v4-flash/sm90/dispatch/*.json "$OUT/" 2>/dev/null
 fi
 python3 tools/serialized_kernels.py --picked generated/deepseek-v4-flash/sm90 | \
-  sed 's/^/PICKED KERNEL HAS SERIALIZED WGMMA: /' | tee -a "$OUT/sass.txt" | grep -q . && status=1
+  sed 's/^/PICKED, WGMMA SERIALIZED: /' | tee -a "$OUT/sass.txt"
 
 step bench
 [ -n "${SKIP_BENCH:-}" ] || python3 -m moegen bench --model deepseek-v4-flash --tokens ${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384} \

@@ -82,23 +82,20 @@ struct TileShape {
   static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;  // 128*56 + 256*224 <= 64K
   static constexpr int kThreads = kConsumerThreads + 32 * kProducerWarps;
   // wgmma widths: a tile with fewer token rows runs a narrower wgmma, N in steps of kNStep, so the
-  // mainloop is instantiated kWidths times.  More widths pad less (steps of BN / 4 padded the bench's
-  // T = 4096 tiles, ~96 rows per expert at BN = 128, by 16 % of their rows, BN / 8 by 7 %), but with
-  // several instances ptxas serializes the wgmmas of some kernels (C7512): one consumer warpgroup
-  // keeps two widths (four serialized m64n32k128 at any register cap), BN = 64 four (eight
-  // serialized m128n64k128s8), BN = 256 four (eight spilled m128n256k64s4).
-  static constexpr int kNStep = kConsumers == 1 ? (BN >= 16 ? BN / 2 : BN) : (BN == 128 ? 16 : BN / 4);
-  static constexpr int kWidths = BN / kNStep;
-  // CTAs per SM the register budget must allow.  One consumer warpgroup: as many as the registers
-  // an unserialized wgmma pipeline needs allow: accumulators BN/2 + double-buffered A fragments
-  // BK/2 + ~30, and ~46 more with two widths (m64n16k128 took 130 and, capped at 136 for three
-  // CTAs per SM, serialized its wgmmas; uncapped it compiled clean).  A lower cap makes ptxas
-  // serialize (C7512) or spend registers on hoisted wgmma descriptors.  Two (and BN = 256, whose
-  // 128 accumulators dominate): one CTA.
+  // mainloop is instantiated BN / kNStep times.  More widths pad less (steps of BN / 4 padded the
+  // bench's T = 4096 tiles, ~96 rows per expert at BN = 128, by 16 % of their rows, BN / 8 by 7 %),
+  // but several instances make ptxas serialize the wgmmas of some kernels (C7512): eight of
+  // m128n64k128s8, four of m64n32k128 at any register cap.  BN = 128 takes eight, the rest four.
+  static constexpr int kNStep = BN == 128 && kConsumers > 1 ? 16 : (BN / 4 > 8 ? BN / 4 : 8);
+  // CTAs per SM the register budget must allow.  One consumer warpgroup: as many as its natural
+  // need (accumulators BN/2 + double-buffered A fragments BK/2 + ~30) allows, or ptxas spends
+  // registers on hoisted wgmma descriptors and fewer CTAs fit.  At that cap ptxas serializes the
+  // wgmmas (C7512) of m64n16k128, m64n32 and m64n16k64 (130-148 registers would avoid it), but
+  // those at 3-5 CTAs per SM beat their unserialized builds at 2 (H200, 27b50d6: the tuner then
+  // fell back to m64n8 and T = 256 took 996 instead of 723 us).  Two (and BN = 256, whose 128
+  // accumulators dominate): one CTA.
   static constexpr int kMinBlocksPerSm =
-      kConsumers > 1 || BN >= 256
-          ? 1
-          : 65536 / (kConsumerThreads + 32 * kProducerWarps) / (BN / 2 + BK / 2 + 30 + (kWidths > 1 ? 46 : 0));
+      kConsumers > 1 || BN >= 256 ? 1 : 65536 / (kConsumerThreads + 32 * kProducerWarps) / (BN / 2 + BK / 2 + 30);
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM: one, two or four 64-row slices");
   static_assert(BK % kAtomK == 0, "BK: whole prepared atoms along K");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: a wgmma N");
@@ -400,11 +397,11 @@ __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G
 // Consumers release a slot through `empty` once the wgmma that read it retired: no CTA-wide
 // barrier in the K loop, and loads run up to Stages tiles ahead of the tensor cores.
 //
-// Tiles are (work tile, weight-row tile) pairs; CTA b runs tiles b, b + gridDim.x, ...  With a grid
-// of one CTA per tile that is one tile each; a persistent grid (as many CTAs as fit on the GPU,
-// G::kPersistent) keeps the ring streaming across tiles: the producer loads the next tile while
-// the consumers run the epilogue, and no CTA pays a launch, barrier setup and first-load latency
-// per tile.
+// Tiles are (work tile, weight-row tile) pairs; CTA b runs tile b.  With a grid of one CTA per tile
+// that is all; a persistent grid (as many CTAs as fit on the GPU, G::kPersistent) hands out the
+// rest in order from a counter, and keeps the ring streaming across tiles: the producer loads the
+// next tile while the consumers run the epilogue, and no CTA pays a launch, barrier setup and
+// first-load latency per tile.
 template <class G, class Epilogue>
 __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) grouped_gemm_kernel(GemmParams p) {
   using namespace cute;
@@ -434,7 +431,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
   // The CTA's q-th tile (q >= 1), as the producer's first lane published it; `tile_ready[q & 1]`
   // completed its phase (q - 1) / 2 then.  A slot is rewritten only once every thread has read it:
-  // tile q + 2 is published halfway through tile q + 1's loads, which need the consumers in tile q.
+  // tile q + 2 is published during tile q + 1's loads, which need the consumers in tile q.
   auto next_tile = [&](uint32_t q) {
     mbar_wait(ready0 + 8u * (q & 1u), ((q - 1u) >> 1) & 1u);
     return ss.next_tile[q & 1u];
@@ -521,11 +518,13 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         if (fills > 0) mbar_wait(empty_bar(slot), (fills - 1) & 1);
         if ((!first || kt >= kPrologue) && weight_issuer) issue_weights(kt);
         if (G::kPersistent && weight_issuer) {
-          // The next tile: its index when this one starts, its schedule entry half a tile later
-          // (both round trips hidden behind this tile's loads), published for the other threads.
+          // The next tile: its index when this one starts, its schedule entry loaded a quarter of
+          // the way through and published three quarters through, so neither round trip stalls
+          // this lane's weight copies (publishing right after the load held them up ~1 us per tile:
+          // T = 1024 ran 7 % slower than with static striding).
           if (kt == 0) next_index = dynamic_tiles ? int(gridDim.x) + atomicAdd(p.tile_counter, 1) : tile + int(gridDim.x);
-          if (kt == kKTiles / 2) {
-            if (next_index < num_tiles) next = load_tile(next_index);
+          if (kt == kKTiles / 4 && next_index < num_tiles) next = load_tile(next_index);
+          if (kt == 3 * kKTiles / 4) {
             ss.next_tile[(pass + 1) & 1u] = next;
             mbar_arrive(ready0 + 8u * ((pass + 1) & 1u));  // release: the entry is visible to its waiters
           }

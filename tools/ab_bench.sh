@@ -8,6 +8,8 @@ set -uo pipefail
 a_root=$1 b_root=$2 out=$3 tokens=${4:-1,4,16,64,256,1024,4096,16384}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
+# The commit staged with the carry (the device copy's git HEAD can lag): A's, as gpu_check.sh records it.
+export MOEGEN_COMMIT=${MOEGEN_COMMIT:-$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
 python3 - "$a_root" "$b_root" <<'EOF' || exit 1
 import json, sys
 from pathlib import Path

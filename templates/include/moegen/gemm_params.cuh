@@ -19,7 +19,6 @@ struct GemmParams {
   const int32_t* work_row0;      // [max_work]
   const int32_t* work_row_end;   // [max_work]
   const int32_t* num_work;       // [1]
-  int32_t* tile_counter;         // [1] tiles handed out past the first grid-size ones (zeroed by the routing)
   const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
   __nv_bfloat16* out;            // epilogue output
   int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait

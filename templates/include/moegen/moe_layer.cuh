@@ -83,7 +83,7 @@ struct Workspace {
   int32_t* work2_expert;
   int32_t* work2_row0;
   int32_t* work2_row_end;
-  int32_t* num_work;  // [4]: work tiles of GEMM1, GEMM2; their persistent grids' tile counters
+  int32_t* num_work;
   __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
   __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
 
@@ -112,7 +112,7 @@ struct Workspace {
     take(w.work2_expert, max_work);
     take(w.work2_row0, max_work);
     take(w.work2_row_end, max_work);
-    take(w.num_work, 4);
+    take(w.num_work, 2);
     take(w.h, size_t(rows) * P::kInter);
     take(w.y, size_t(rows) * P::kHidden);
     return (off + 255) / 256 * 256;
@@ -209,7 +209,6 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   g1.work_row0 = ws.work1_row0;
   g1.work_row_end = ws.work1_row_end;
   g1.num_work = ws.num_work;
-  g1.tile_counter = ws.num_work + 2;
   g1.out = ws.h;
   g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
   int rc = kernels[k1].launch(&g1, max_work_tiles(rows, bn1, P::kLocalExperts), persistent_gemm_grid(rows), stream);
@@ -226,7 +225,6 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
   g2.work_row0 = ws.work2_row0;
   g2.work_row_end = ws.work2_row_end;
   g2.num_work = ws.num_work + 1;
-  g2.tile_counter = ws.num_work + 3;
   g2.row_weight = ws.row_weight;
   g2.out = ws.y;
   g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started

@@ -31,7 +31,7 @@ struct RoutingParams {
   int32_t* work2_expert;
   int32_t* work2_row0;
   int32_t* work2_row_end;
-  int32_t* num_work;        // [4]: work tiles of GEMM1, GEMM2; their tile counters
+  int32_t* num_work;        // [2]
   int32_t* row_token;       // [rows] permuted row -> token
   float* row_weight;        // [rows]
   int32_t* token_row;       // [T, K] -> permuted row or -1
@@ -397,8 +397,6 @@ __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, i
     offsets_smem[E] = total_rows;
     rp.num_work[0] = total_t1;
     rp.num_work[1] = total_t2;
-    rp.num_work[2] = 0;  // the GEMMs' tile counters (persistent grids)
-    rp.num_work[3] = 0;
   }
 }
 

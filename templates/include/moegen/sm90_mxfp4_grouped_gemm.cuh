@@ -59,12 +59,6 @@ constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
 constexpr int padded_rows(int n) { return round_up(n, 128); }
 constexpr int padded_k(int k) { return round_up(k, kAtomK); }
 
-// One (work tile, weight-row tile) pair: the expert, its 0-based weight-row tile, the tile's first
-// token row and the expert's end row.  expert < 0: no tile (the CTA is done).
-struct WorkTile {
-  int expert, m_tile, row0, row_end;
-};
-
 template <int BM_, int BN_, int BK_, int Stages_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
@@ -81,18 +75,9 @@ struct TileShape {
   static constexpr bool kRegisterHandoff = kConsumers > 1;
   static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;  // 128*56 + 256*224 <= 64K
   static constexpr int kThreads = kConsumerThreads + 32 * kProducerWarps;
-  // wgmma widths: a tile with fewer token rows runs a narrower wgmma, N in steps of kNStep, so the
-  // mainloop is instantiated BN / kNStep times.  More widths pad less (steps of BN / 4 padded the
-  // bench's T = 4096 tiles, ~96 rows per expert at BN = 128, by 16 % of their rows, BN / 8 by 7 %),
-  // but several instances make ptxas serialize the wgmmas of some kernels (C7512): eight of
-  // m128n64k128s8, four of m64n32k128 at any register cap.  BN = 128 takes eight, the rest four.
-  static constexpr int kNStep = BN == 128 && kConsumers > 1 ? 16 : (BN / 4 > 8 ? BN / 4 : 8);
   // CTAs per SM the register budget must allow.  One consumer warpgroup: as many as its natural
   // need (accumulators BN/2 + double-buffered A fragments BK/2 + ~30) allows, or ptxas spends
-  // registers on hoisted wgmma descriptors and fewer CTAs fit.  At that cap ptxas serializes the
-  // wgmmas (C7512) of m64n16k128, m64n32 and m64n16k64 (130-148 registers would avoid it), but
-  // those at 3-5 CTAs per SM beat their unserialized builds at 2 (H200, 27b50d6: the tuner then
-  // fell back to m64n8 and T = 256 took 996 instead of 723 us).  Two (and BN = 256, whose 128
+  // registers on hoisted wgmma descriptors and fewer CTAs fit.  Two (and BN = 256, whose 128
   // accumulators dominate): one CTA.
   static constexpr int kMinBlocksPerSm =
       kConsumers > 1 || BN >= 256 ? 1 : 65536 / (kConsumerThreads + 32 * kProducerWarps) / (BN / 2 + BK / 2 + 30);
@@ -121,8 +106,10 @@ struct GroupedGemm {
   static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor (rows padded to 128)");
   static constexpr int kAtomsK = BK / kAtomK;
   static constexpr int kKBlocks = BK / 16;  // wgmma k16 steps per K tile
-  static constexpr int kNStep = Tile_::kNStep;  // a tile with fewer token rows runs a narrower wgmma
-  static_assert(BN % kNStep == 0 && kNStep % 8 == 0, "wgmma widths are multiples of the step");
+  // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
+  // so the mainloop is instantiated at most 4 times).
+  static constexpr int kNStep = BN / 4 > 8 ? BN / 4 : 8;
+  static_assert(BN % kNStep == 0, "wgmma widths are multiples of the step");
 
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
                                              make_shape(Int<BN>{}, Int<BK>{}, Int<Stages>{})));
@@ -147,10 +134,6 @@ struct GroupedGemm {
     uint64_t empty[Stages];  // every consumer thread's wgmma reading the slot retired
     // The tile's per-row epilogue factors (GEMM2: routing weights), double-buffered by tile parity.
     float row_factor[Epilogue::kRowFactors ? 2 : 1][Epilogue::kRowFactors ? BN : 1];
-    // Persistent grid: the CTA's next tile, published by the producer's first lane (double-buffered
-    // by tile parity; `tile_ready[q & 1]` completes a phase when tile q's entry is written).
-    WorkTile next_tile[2];
-    uint64_t tile_ready[2];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "SM90 gives a CTA at most 227 KiB of shared memory");
@@ -197,6 +180,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
       " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase), "r"(0x989680) : "memory");
 }
 
+// One (work tile, weight-row tile) pair: the expert, its 0-based weight-row tile, the tile's first
+// token row and the expert's end row.
+struct WorkTile {
+  int expert, m_tile, row0, row_end;
+};
 
 // What the epilogue needs besides the accumulators: the expert's scale and, for GEMM2, the routing
 // weight of each token row, loaded once per tile (one or two per consumer thread, all in flight
@@ -397,11 +385,11 @@ __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G
 // Consumers release a slot through `empty` once the wgmma that read it retired: no CTA-wide
 // barrier in the K loop, and loads run up to Stages tiles ahead of the tensor cores.
 //
-// Tiles are (work tile, weight-row tile) pairs; CTA b runs tile b.  With a grid of one CTA per tile
-// that is all; a persistent grid (as many CTAs as fit on the GPU, G::kPersistent) hands out the
-// rest in order from a counter, and keeps the ring streaming across tiles: the producer loads the
-// next tile while the consumers run the epilogue, and no CTA pays a launch, barrier setup and
-// first-load latency per tile.
+// Tiles are (work tile, weight-row tile) pairs; CTA b runs tiles b, b + gridDim.x, ...  With a grid
+// of one CTA per tile that is one tile each; a persistent grid (as many CTAs as fit on the GPU,
+// G::kPersistent) keeps the ring streaming across tiles: the producer loads the next tile while
+// the consumers run the epilogue, and no CTA pays a launch, barrier setup and first-load latency
+// per tile.
 template <class G, class Epilogue>
 __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) grouped_gemm_kernel(GemmParams p) {
   using namespace cute;
@@ -426,16 +414,8 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
 
   const uint32_t full0 = smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, full));
   const uint32_t empty0 = smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, empty));
-  const uint32_t ready0 = smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, tile_ready));
   auto full_bar = [&](int slot) { return full0 + 8u * uint32_t(slot); };
   auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
-  // The CTA's q-th tile (q >= 1), as the producer's first lane published it; `tile_ready[q & 1]`
-  // completed its phase (q - 1) / 2 then.  A slot is rewritten only once every thread has read it:
-  // tile q + 2 is published during tile q + 1's loads, which need the consumers in tile q.
-  auto next_tile = [&](uint32_t q) {
-    mbar_wait(ready0 + 8u * (q & 1u), ((q - 1u) >> 1) & 1u);
-    return ss.next_tile[q & 1u];
-  };
 
   // Token rows past an expert's end are never copied.  Their columns of the product are never
   // stored, so whatever a slot holds there is harmless; zeroing the ring once keeps them defined.
@@ -449,16 +429,10 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
       mbar_init(full_bar(s), 32 * G::kProducerWarps);  // the producer lanes' cp.async arrivals
       mbar_init(empty_bar(s), G::kConsumerThreads);  // every consumer thread
     }
-    mbar_init(ready0, 1);
-    mbar_init(ready0 + 8u, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  // A persistent grid hands tiles out dynamically: a CTA that finishes takes the next one from a
-  // counter (the routing zeroes it).  Tiles differ in width (an expert's last one is partly empty),
-  // so striding statically over them left the slowest CTA ~10 % behind the mean at T = 4096.
-  // Tile order is unchanged: the weight-row tiles of one work tile still start together.
-  const bool dynamic_tiles = int(gridDim.x) < num_tiles;
+  const int tile_stride = int(gridDim.x);  // kernels that are not kPersistent run one tile (the host sizes the grid so)
 
   if (tid >= G::kConsumerThreads) {
     // ================================ producer warp(s) ================================
@@ -476,13 +450,10 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     constexpr uint32_t kRowStepBytes = 1024u * G::kProducerWarps;
     constexpr uint32_t kBStageBytes = G::kBStageBytes;
     constexpr uint32_t kKAtomBytes = G::kBAtomColumnBytes;  // one 64-wide K column of the tile
-    int tile = blockIdx.x;  // the weight issuer's: its index, for the next one
-    WorkTile t = load_tile(tile);
-    // pass: tiles this CTA ran before this one (each is kKTiles / Stages ring passes)
-    for (uint32_t pass = 0;; ++pass) {
-      const bool first = pass == 0;
-      int next_index = 0;
-      WorkTile next{-1, 0, 0, 0};
+    uint32_t pass = 0;  // ring passes completed before this tile (each tile is kKTiles / Stages of them)
+    for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+      const bool first = tile == int(blockIdx.x);
+      const WorkTile t = load_tile(tile);
       const size_t atom0 = (size_t(t.expert) * (G::kNPad / kAtomRows) + size_t(t.m_tile) * G::kSlices) * kAtomsKTotal;
       auto issue_weights = [&](int kt) {
         const int slot = kt % Stages;
@@ -514,21 +485,9 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
       for (int kt = 0; kt < kKTiles; ++kt) {
         const int slot = kt % Stages;
         // The slot's previous fill (this tile's, or an earlier tile's) must have been consumed.
-        const uint32_t fills = pass * uint32_t(kKTiles / Stages) + uint32_t(kt / Stages);  // earlier fills of this slot
+        const uint32_t fills = pass * (kKTiles / Stages) + uint32_t(kt / Stages);  // earlier fills of this slot
         if (fills > 0) mbar_wait(empty_bar(slot), (fills - 1) & 1);
         if ((!first || kt >= kPrologue) && weight_issuer) issue_weights(kt);
-        if (G::kPersistent && weight_issuer) {
-          // The next tile: its index when this one starts, its schedule entry loaded a quarter of
-          // the way through and published three quarters through, so neither round trip stalls
-          // this lane's weight copies (publishing right after the load held them up ~1 us per tile:
-          // T = 1024 ran 7 % slower than with static striding).
-          if (kt == 0) next_index = dynamic_tiles ? int(gridDim.x) + atomicAdd(p.tile_counter, 1) : tile + int(gridDim.x);
-          if (kt == kKTiles / 4 && next_index < num_tiles) next = load_tile(next_index);
-          if (kt == 3 * kKTiles / 4) {
-            ss.next_tile[(pass + 1) & 1u] = next;
-            mbar_arrive(ready0 + 8u * ((pass + 1) & 1u));  // release: the entry is visible to its waiters
-          }
-        }
         const int k0 = kt * BK;
         CUTE_UNROLL
         for (int h = 0; h < G::kBChunksPerLaneRow; ++h) {
@@ -543,13 +502,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         mbar_arrive_on_cp_async(full_bar(slot));
       }
       if constexpr (!G::kPersistent) break;  // one tile: no loop state for ptxas to keep alive
-      if (weight_issuer) {
-        tile = next_index;
-        t = next;
-      } else {
-        t = next_tile(pass + 1);
-      }
-      if (t.expert < 0) break;
+      ++pass;
     }
     return;
   }
@@ -558,8 +511,9 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
   if (p.schedule_ready) pdl_wait();  // the epilogue reads routing outputs
   pdl_launch_dependents();
-  WorkTile t = load_tile(blockIdx.x);
-  for (uint32_t pass = 0;; ++pass) {
+  uint32_t pass = 0;
+  for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
+    const WorkTile t = load_tile(tile);
     // An expert's last tile is usually partly empty: run the narrowest wgmma N that covers its rows.
     const int rows = min(BN, t.row_end - t.row0);
     // Parity of the ring pass this tile's first K tile reads (kKTiles / Stages passes per tile).
@@ -567,8 +521,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t,
                                      &ss.row_factor[Epilogue::kRowFactors ? pass & 1 : 0][0], full0, empty0, phase0);
     if constexpr (!G::kPersistent) break;  // one tile (gemm2 k128s6 spilled 124-324 B holding the loop)
-    t = next_tile(pass + 1);
-    if (t.expert < 0) break;
+    ++pass;
   }
 }
 

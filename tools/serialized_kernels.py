@@ -12,8 +12,8 @@ for d in (Path(a) for a in sys.argv[1:] if a != "--picked"):
         resources = json.loads((d / "manifest.json").read_text()).get("resources", {})
     except (OSError, ValueError):
         continue
-    picks = {b[g] for t in (d / "dispatch").glob("*.json") for b in json.loads(t.read_text())["buckets"]
-             for g in ("gemm1", "gemm2")}
+    picks = {b.get(g) for t in (d / "dispatch").glob("*.json")
+             for b in json.loads(t.read_text()).get("buckets", []) for g in ("gemm1", "gemm2")}
     for kernel, res in sorted(resources.items()):
         if res.get("wgmma_serialized") and (kernel in picks or not picked_only):
             print(f"{d} {kernel} {res['wgmma_serialized']}")

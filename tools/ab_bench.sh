@@ -3,13 +3,11 @@
 # from another commit into B_ROOT/<variant>/sm90, same kernel names) gets A's dispatch table with
 # its own fingerprint, then the benchmark runs A, B, A (machines of the pool differ by ~2-4 %, so
 # only an A/B inside one run shows a change of a few per cent).  Device machine, after tuning A:
-#   bash tools/ab_bench.sh A_ROOT B_ROOT OUT_DIR [TOKENS]
+#   source tools/device_env.sh && bash tools/ab_bench.sh A_ROOT B_ROOT OUT_DIR [TOKENS]
 set -uo pipefail
 a_root=$1 b_root=$2 out=$3 tokens=${4:-1,4,16,64,256,1024,4096,16384}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
-# The commit staged with the carry (the device copy's git HEAD can lag): A's, as gpu_check.sh records it.
-export MOEGEN_COMMIT=${MOEGEN_COMMIT:-$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
 python3 - "$a_root" "$b_root" <<'EOF' || exit 1
 import json, sys
 from pathlib import Path

@@ -14,9 +14,7 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 source tools/device_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-# The commit staged with the carry (the device copy's git metadata can lag behind the tree).
-export MOEGEN_COMMIT=${MOEGEN_COMMIT:-$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
-echo "$MOEGEN_COMMIT" > "$OUT/commit.txt"
+echo "$MOEGEN_COMMIT" > "$OUT/commit.txt"  # device_env.sh: the staged commit
 status=0
 step() { echo "== $1"; }
 

@@ -71,6 +71,16 @@ def a_fragment_registers(c: KernelConfig) -> int:
     return slices_per_consumer(c) * 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments per slice
 
 
+def consumer_register_need(c: KernelConfig) -> int:
+    """A consumer thread's accumulators + double-buffered A fragments + ~30 (the templates' kConsumerNeed)."""
+    return slices_per_consumer(c) * (c.block_n // 2 + c.block_k // 2) + 30
+
+
+def two_ctas_per_sm(c: KernelConfig) -> bool:
+    """Two consumer warpgroups within 104 registers run two CTAs per SM (the templates' kTwoCtasPerSm)."""
+    return c.block_m > 64 and consumer_register_need(c) <= 104
+
+
 # --- SM90 ------------------------------------------------------------------------------------
 SM90_BLOCK_M = (64, 128, 256)
 SM90_BLOCK_N = (8, 16, 32, 64, 128, 256)
@@ -93,8 +103,9 @@ SM90_RULES: list[Rule] = [
     ("3 stages leave one slot loading while two feed wgmmas: too little to hide HBM latency unless the K loop "
      "is that short",
      lambda c, s: c.stages > 3 or s.k_padded // c.block_k <= 4),
-    ("two consumer warpgroups only pay off once a CTA has enough token rows to share B",
-     lambda c, s: c.block_m == 64 or c.block_n >= 64),
+    ("two consumer warpgroups only pay off once a CTA has enough token rows to share B, or fits twice on an "
+     "SM (32 token rows, consumers within 104 registers: templates' kTwoCtasPerSm)",
+     lambda c, s: c.block_m == 64 or c.block_n >= 64 or (c.block_n >= 32 and two_ctas_per_sm(c))),
     ("a CTA's weight rows must lie inside the prepared tensor, whose rows are padded to 128",
      lambda c, s: -(-s.n // c.block_m) * c.block_m <= s.n_padded),
 ]

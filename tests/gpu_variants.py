@@ -3,7 +3,8 @@ tools/build_test_libs.py can build the tests' libraries on any machine (and carr
 from pathlib import Path
 
 from moegen.cli import DEFAULT_OUT
-from moegen.config_space import SM90_BLOCK_M, KernelConfig, default_configs, gemm_shapes, rejection_reason
+from moegen.config_space import (SM90_BLOCK_M, KernelConfig, default_configs, gemm_shapes, rejection_reason,
+                                  two_ctas_per_sm)
 from moegen.spec import ModelSpec, load_model
 
 OUT = DEFAULT_OUT / "_gputest"  # the tests' own builds, apart from what users build and tune
@@ -28,7 +29,8 @@ def variant_spec(variant: str) -> ModelSpec:
 
 def gpu_test_configs(spec: ModelSpec) -> list[KernelConfig]:
     """The default kernels plus, per GEMM, one of each block_m the defaults leave out (where the
-    shape admits it), so every mainloop variant (1, 2 or 4 slices) runs against the reference."""
+    shape admits it) and a two-CTAs-per-SM tile, so every mainloop variant (1, 2 or 4 slices; one or
+    two CTAs per SM) runs against the reference."""
     configs = default_configs(spec, "sm90")
     shapes = gemm_shapes(spec)
     for gemm, shape in shapes.items():
@@ -36,6 +38,11 @@ def gpu_test_configs(spec: ModelSpec) -> list[KernelConfig]:
             if any(c.gemm == gemm and c.block_m == block_m for c in configs):
                 continue
             extra = KernelConfig("sm90", gemm, block_m, 64, 64, 4)
+            if rejection_reason(extra, shape) is None:
+                configs.append(extra)
+        # two CTAs per SM (setmaxnreg 32 / 104 instead of 56 / 224): its own register split
+        if not any(c.gemm == gemm and two_ctas_per_sm(c) for c in configs):
+            extra = KernelConfig("sm90", gemm, 128, 32, 64, 4)
             if rejection_reason(extra, shape) is None:
                 configs.append(extra)
     return configs

@@ -104,6 +104,10 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), cs.GemmShape(256, 256)) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 16, 64, 4), k4096) == SM90_RULES[5][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 64, 4), k4096) is None
+    # 32 token rows pay for two consumer warpgroups only at two CTAs per SM (consumers within 104
+    # registers): BK = 64 (16 + 32 + 30), not BK = 128 (16 + 64 + 30)
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 32, 64, 4), k4096) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 32, 128, 4), k4096) == SM90_RULES[5][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 64, 4), k2880) == SM90_RULES[6][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 64, 4), k4096) is None
     # two 64-row slices per consumer warpgroup double its accumulators and fragments: 192 registers
@@ -111,6 +115,22 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 64, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
+
+
+def cs_header_dir():
+    from moegen.render import INCLUDE_DIR
+    return INCLUDE_DIR / "moegen"
+
+
+def test_two_ctas_per_sm_mirrors_the_template_rule():
+    """kTwoCtasPerSm in sm90_mxfp4_grouped_gemm.cuh: two consumer warpgroups needing <= 104 registers."""
+    two = {c.name for c in raw_space() if cs.two_ctas_per_sm(c)}
+    assert "moegen_sm90_gemm1_m128n64k64s4" in two and "moegen_sm90_gemm2_m128n32k64s8" in two
+    assert not any("_m64n" in n for n in two)  # one consumer warpgroup: its own occupancy rule
+    assert "moegen_sm90_gemm1_m128n64k128s8" not in two  # 32 + 64 + 30 = 126 registers
+    assert "moegen_sm90_gemm1_m256n32k64s4" not in two  # two slices: 2 * (16 + 32) + 30 = 126
+    header = (cs_header_dir() / "sm90_mxfp4_grouped_gemm.cuh").read_text()
+    assert "kConsumerNeed <= 104" in header and "kConsumerNeed = kSlicesPerConsumer * (BN / 2 + BK / 2) + 30" in header
 
 
 def test_k_padding():

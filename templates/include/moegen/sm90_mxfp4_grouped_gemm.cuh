@@ -73,14 +73,22 @@ struct TileShape {
   // with setmaxnreg (the accumulators of a 128 x 256 tile need them).
   static constexpr int kProducerWarps = kConsumers > 1 ? 4 : 1;
   static constexpr bool kRegisterHandoff = kConsumers > 1;
-  static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;  // 128*56 + 256*224 <= 64K
   static constexpr int kThreads = kConsumerThreads + 32 * kProducerWarps;
+  // A consumer warpgroup's natural register need: accumulators, double-buffered A fragments, ~30.
+  static constexpr int kConsumerNeed = kSlicesPerConsumer * (BN / 2 + BK / 2) + 30;
+  // Two consumer warpgroups that need at most 104 registers fit two CTAs per SM: 80 registers per
+  // thread at launch (65536 / 768), the producer warpgroup keeps 32 and hands the rest over
+  // (128 * 32 + 256 * 104 = 384 * 80): 16 consumer warps per SM instead of 8 to hide the widening's
+  // latency (H200, T = 1024: GEMM1 m128n64k64s6 beat m128n64k128s8; docs/benchmarks.md).
+  static constexpr bool kTwoCtasPerSm = kConsumers > 1 && kConsumerNeed <= 104;
+  static constexpr int kProducerRegisters = kTwoCtasPerSm ? 32 : 56;  // one CTA: 128*56 + 256*224 <= 64K
+  static constexpr int kConsumerRegisters = kTwoCtasPerSm ? 104 : 224;
   // CTAs per SM the register budget must allow.  One consumer warpgroup: as many as its natural
-  // need (accumulators BN/2 + double-buffered A fragments BK/2 + ~30) allows, or ptxas spends
-  // registers on hoisted wgmma descriptors and fewer CTAs fit.  Two (and BN = 256, whose 128
-  // accumulators dominate): one CTA.
-  static constexpr int kMinBlocksPerSm =
-      kConsumers > 1 || BN >= 256 ? 1 : 65536 / (kConsumerThreads + 32 * kProducerWarps) / (BN / 2 + BK / 2 + 30);
+  // need allows, or ptxas spends registers on hoisted wgmma descriptors and fewer CTAs fit.  Two:
+  // two CTAs when their need is small (above), else one (BN = 256, whose 128 accumulators dominate: one).
+  static constexpr int kMinBlocksPerSm = kTwoCtasPerSm ? 2
+                                         : kConsumers > 1 || BN >= 256 ? 1
+                                                                       : 65536 / kThreads / kConsumerNeed;
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM: one, two or four 64-row slices");
   static_assert(BK % kAtomK == 0, "BK: whole prepared atoms along K");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: a wgmma N");

@@ -41,7 +41,9 @@ grep -c "FAILED" "$OUT/sass.txt" && status=1
 grep -h "grouped_gemm" "$OUT/sass.txt" | head -4
 
 step pytest
-[ -n "${SKIP_PYTEST:-}" ] || python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1 || status=1
+# PYTEST_K selects tests by a -k expression (spaces allowed); PYTEST_ARGS adds other words.
+[ -n "${SKIP_PYTEST:-}" ] || python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s ${PYTEST_K:+-k "$PYTEST_K"} \
+  ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1 || status=1
 grep -E "rel L2|passed|failed|Error" "$OUT/pytest.log" 2>/dev/null | tail -12
 [ -n "${SKIP_PYTEST:-}" ] || MOEGEN_GRID=${ALT_GRID:-persistent} python3 -m pytest -m gpu tests/test_gpu_layer.py -q -x -s \
   -k "deepseek-v4-flash" > "$OUT/pytest_alt_grid.log" 2>&1 || status=1

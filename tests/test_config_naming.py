@@ -117,7 +117,7 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
 
 
-def cs_header_dir():
+def _header_dir():
     from moegen.render import INCLUDE_DIR
     return INCLUDE_DIR / "moegen"
 
@@ -129,7 +129,7 @@ def test_two_ctas_per_sm_mirrors_the_template_rule():
     assert not any("_m64n" in n for n in two)  # one consumer warpgroup: its own occupancy rule
     assert "moegen_sm90_gemm1_m128n64k128s8" not in two  # 32 + 64 + 30 = 126 registers
     assert "moegen_sm90_gemm1_m256n32k64s4" not in two  # two slices: 2 * (16 + 32) + 30 = 126
-    header = (cs_header_dir() / "sm90_mxfp4_grouped_gemm.cuh").read_text()
+    header = (_header_dir() / "sm90_mxfp4_grouped_gemm.cuh").read_text()
     assert "kConsumerNeed <= 104" in header and "kConsumerNeed = kSlicesPerConsumer * (BN / 2 + BK / 2) + 30" in header
 
 

@@ -11,24 +11,23 @@ import sys
 from pathlib import Path
 
 from moegen.runtime import load
-from moegen.spec import load_model
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2
 
 TOLERANCE = 1e-2
 build_dir, pattern = Path(sys.argv[1]), sys.argv[2]
 tokens = [int(t) for t in (sys.argv[3] if len(sys.argv) > 3 else "5,300,1024").split(",")]
-manifest_model = build_dir.parent.name
-layer = load(build_dir, spec=load_model(manifest_model))
+layer = load(build_dir)  # the spec it was built for, from its manifest
 spec = layer.spec
 w = random_weights(spec, "cuda", 1)
 names = [k.name for k in layer.kernels]
 grid = os.environ.get("MOEGEN_GRID", "auto")
-failed = 0
+failed = checked = 0
 for g1, name in enumerate(names):
     if "gemm1" not in name or pattern not in name:
         continue
     twin = name.replace("gemm1", "gemm2")
     g2 = names.index(twin) if twin in names else next(i for i, n in enumerate(names) if "gemm2" in n)
+    checked += 1
     for T in tokens:
         x = random_inputs(spec, T, "cuda", 7 * T + g1, skew=T == max(tokens))
         res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(g1, g2), poison=True)
@@ -36,4 +35,6 @@ for g1, name in enumerate(names):
         ok = err <= TOLERANCE
         failed += not ok
         print(f"{name} + {names[g2]} grid={grid} T={T}: rel L2 {err:.2e}{'' if ok else '  FAILED'}", flush=True)
+if not checked:
+    sys.exit(f"{build_dir}: no gemm1 kernel name contains {pattern!r} (kernels: {', '.join(names)})")
 sys.exit(1 if failed else 0)

@@ -73,7 +73,7 @@ def a_fragment_registers(c: KernelConfig) -> int:
 
 def consumer_register_need(c: KernelConfig) -> int:
     """A consumer thread's accumulators + double-buffered A fragments + ~30 (the templates' kConsumerNeed)."""
-    return slices_per_consumer(c) * (c.block_n // 2 + c.block_k // 2) + 30
+    return accumulator_registers(c) + a_fragment_registers(c) + 30
 
 
 def two_ctas_per_sm(c: KernelConfig) -> bool:

@@ -77,17 +77,18 @@ def build(tree: Path, names: list[str], jobs: int, log: Path) -> None:
 
 
 def write_table(build_dir: Path, picks: dict[int, tuple[str, str]]) -> None:
+    """A dispatch table (moegen.tune's schema) that picks the given kernels; their times are not tuned (0)."""
     sys.path.insert(0, str(ROOT))
+    from moegen.naming import parse_kernel_name
     from moegen.runtime import gpu_info
-    from moegen.tune import TABLE_SCHEMA, save_table
-    from dataclasses import asdict
+    from moegen.spec import load_model
+    from moegen.tune import make_table, save_table
     manifest = json.loads((build_dir / "manifest.json").read_text())
-    save_table(build_dir, dict(
-        schema=TABLE_SCHEMA, variant=MODEL, arch="sm90", library_fingerprint=manifest["fingerprint"],
-        gpu=asdict(gpu_info()), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        buckets=[dict(tokens=t, gemm1=f"moegen_sm90_gemm1_{g1}", gemm2=f"moegen_sm90_gemm2_{g2}", us=0.0)
-                 for t, (g1, g2) in sorted(picks.items())],
-        measurements=[]))
+    names = [k["name"] for k in manifest["kernels"]]
+    choices = {t: (names.index(f"moegen_sm90_gemm1_{g1}"), names.index(f"moegen_sm90_gemm2_{g2}"), 0.0)
+               for t, (g1, g2) in picks.items()}
+    save_table(build_dir, make_table(load_model(MODEL), "sm90", manifest["fingerprint"], gpu_info(),
+                                     [parse_kernel_name(n) for n in names], choices, []))
 
 
 def main() -> None:

@@ -17,13 +17,14 @@ def _ablation():
     return module
 
 
-@pytest.mark.parametrize("variant", ["base", "nowiden", "nomma", "stream"])
+@pytest.mark.parametrize("variant", ["base", "nowiden", "nomma", "stream", "notokens", "stagger",
+                                     "stream+notokens+stagger"])
 def test_ablation_edits_apply_to_the_header(tmp_path, variant):
     ablation = _ablation()
-    ablation.make_tree(tmp_path / variant, ablation.VARIANTS[variant])
+    edits = ablation.variant_edits(variant)
+    ablation.make_tree(tmp_path / variant, edits)
     header = (tmp_path / variant / ablation.HEADER).read_text()
     original = (ROOT / ablation.HEADER).read_text()
-    edits = ablation.VARIANTS[variant]
     assert (header == original) == (not edits)
     for old, new in edits:
         assert old not in header and new in header
@@ -35,6 +36,11 @@ def test_ablation_rejects_a_header_without_the_patched_code(tmp_path):
     other.write_text("// a header without the mainloop\n")
     with pytest.raises(SystemExit, match="update tools/ablation.py"):
         ablation.make_tree(tmp_path / "t", ablation.VARIANTS["nowiden"], other)
+
+
+def test_ablation_rejects_an_unknown_variant():
+    with pytest.raises(SystemExit, match="unknown variant 'nosuch'"):
+        _ablation().variant_edits("stream+nosuch")
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch(1)")

@@ -6,6 +6,10 @@ replay (tools/timeline.py).
            distinct registers per 8 values: ~3 moves instead of ~15 instructions)
   nomma    the wgmmas dropped (the widened fragments are kept alive by an empty asm)
   stream   both: what is left is the producer's streaming, the barriers and the epilogue
+  notokens the producer copies no token rows (what the token gather adds)
+  stagger  each weight-row tile starts its K loop at its own K tile (the CTAs of one expert read
+           different token columns at a time)
+Variants combine with '+': stream+notokens.
 
 The ablated layers compute garbage; only their times mean anything.  The header is patched in a copy
 of the tree (the templates stay as they are); each variant gets a dispatch table that picks the given
@@ -47,8 +51,32 @@ MMA = """wgmma_rs<Op>(reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag[r]
 NO_MMA = """{ const uint32_t* a_ = reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag[r].data())) + kb * 4;
           if (expert < 0) *reinterpret_cast<uint4*>(&ss.a[0][0][0][uint32_t(desc) & 1023]) =
               make_uint4(a_[0], a_[1], a_[2], a_[3]); }"""
+# The producer copies no token rows (the slot completes on its weights alone): what the token
+# gather adds to the streaming.
+TOKENS = "if (row_src[i]) cp_async_16("
+NO_TOKENS = "if (row_src[i] && t.expert < 0) cp_async_16("
+# Each weight-row tile starts its K loop at its own K tile (m_tile * kKTiles / kMTiles, wrapping):
+# the CTAs of one expert, which run together, then read different token columns at a time.
+PRODUCER_TILE = "const WorkTile t = load_tile(tile);\n      const size_t atom0"
+STAGGERED_TILE = """const WorkTile t = load_tile(tile);
+      auto kperm = [&](int kt) { const int k = kt + t.m_tile * kKTiles / G::kMTiles; return k >= kKTiles ? k - kKTiles : k; };
+      const size_t atom0"""
+WEIGHT_K = "size_t(c) * kAtomsKTotal + size_t(kt) * kAtomsK;"
+STAGGERED_WEIGHT_K = "size_t(c) * kAtomsKTotal + size_t(kperm(kt)) * kAtomsK;"
+TOKEN_K = "const int k0 = kt * BK;"
+STAGGERED_TOKEN_K = "const int k0 = kperm(kt) * BK;"
 VARIANTS = {"base": [], "nowiden": [(WIDEN, NO_WIDEN)], "nomma": [(MMA, NO_MMA)],
-            "stream": [(WIDEN, NO_WIDEN), (MMA, NO_MMA)]}
+            "stream": [(WIDEN, NO_WIDEN), (MMA, NO_MMA)], "notokens": [(TOKENS, NO_TOKENS)],
+            "stagger": [(PRODUCER_TILE, STAGGERED_TILE), (WEIGHT_K, STAGGERED_WEIGHT_K), (TOKEN_K, STAGGERED_TOKEN_K)]}
+
+
+def variant_edits(name: str) -> list[tuple[str, str]]:
+    """A variant, or several joined by '+' (e.g. stream+notokens): their edits together."""
+    parts = name.split("+")
+    unknown = [v for v in parts if v not in VARIANTS]
+    if unknown:
+        sys.exit(f"unknown variant {unknown[0]!r}: expected {', '.join(VARIANTS)} or several joined by '+'")
+    return [e for v in parts for e in VARIANTS[v]]
 
 
 def make_tree(dst: Path, edits: list[tuple[str, str]], header_source: Path | None = None) -> None:
@@ -109,7 +137,7 @@ def main() -> None:
     work = args.work
     jobs = max(1, (os.cpu_count() or 2) // len(variants))
     for v in variants:
-        make_tree(work / v, VARIANTS[v], args.header.resolve() if args.header else None)
+        make_tree(work / v, variant_edits(v), args.header.resolve() if args.header else None)
     t0 = time.time()
     with ThreadPoolExecutor(len(variants)) as pool:
         list(pool.map(lambda v: build(work / v, names, jobs, args.out / f"build_{v}.log"), variants))

@@ -387,7 +387,7 @@ __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G
 }
 
 // Warp-specialized: warps 0..4C-1 are C consumer warpgroups (widen weights, wgmma, epilogue), the
-// rest produce.  Per K tile the first producer lane bulk-copies each consumer's contiguous
+// rest produce.  Per K tile one producer lane (of warp kt % W) bulk-copies each consumer's contiguous
 // weight atoms and scales (one instruction each, counted in bytes on the slot's `full` barrier)
 // and all producer lanes gather the token rows with cp.async, arriving on `full` when theirs land.
 // Consumers release a slot through `empty` once the wgmma that read it retired: no CTA-wide
@@ -449,7 +449,11 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     constexpr int kAtomsK = G::kAtomsK;
     constexpr int kAtomsKTotal = G::kKPad / kAtomK;
     constexpr int kPrologue = Stages < kKTiles ? Stages : kKTiles;
-    const bool weight_issuer = pwarp == 0 && lane == 0;
+    // Slot kt's weights are issued by lane 0 of producer warp kt % W.  One thread issuing every
+    // slot bounds the stream: a bulk copy blocks its thread ~86 cycles, expect_tx and the empty wait
+    // ~70-140 more (clock64 in tools/experiments/stream_bench.cu, H200), so one thread moved ~4 KB
+    // per ~550 cycles (2.8 TB/s at two CTAs per SM, weights only); warps issue in parallel.
+    auto issues_weights = [&](int kt) { return lane == 0 && pwarp == kt % G::kProducerWarps; };
     // This lane's rows rr + 8 (pwarp + W i) and chunks kq + 4 h: one swizzle phase (rr), so the
     // destination of (i, h) is a per-lane base plus compile-time offsets (SW128: chunk' = chunk ^ row % 8).
     const int rr = lane / 4, kq = lane % 4;
@@ -477,10 +481,9 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
       };
       if (first) {
         // Weights never depend on the previous kernel: the first tile's start before pdl_wait.
-        if (weight_issuer) {
-          CUTE_UNROLL
-          for (int kt = 0; kt < kPrologue; ++kt) issue_weights(kt);
-        }
+        CUTE_UNROLL
+        for (int kt = 0; kt < kPrologue; ++kt)
+          if (issues_weights(kt)) issue_weights(kt);
         if (p.schedule_ready) pdl_wait();
         pdl_launch_dependents();
       }
@@ -495,7 +498,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         // The slot's previous fill (this tile's, or an earlier tile's) must have been consumed.
         const uint32_t fills = pass * (kKTiles / Stages) + uint32_t(kt / Stages);  // earlier fills of this slot
         if (fills > 0) mbar_wait(empty_bar(slot), (fills - 1) & 1);
-        if ((!first || kt >= kPrologue) && weight_issuer) issue_weights(kt);
+        if ((!first || kt >= kPrologue) && issues_weights(kt)) issue_weights(kt);
         const int k0 = kt * BK;
         CUTE_UNROLL
         for (int h = 0; h < G::kBChunksPerLaneRow; ++h) {

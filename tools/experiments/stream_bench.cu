@@ -1,0 +1,144 @@
+// How fast can bulk copies (cp.async.bulk, the GEMMs' weight path) stream HBM on this GPU, as a
+// function of the copy size, the slots in flight per CTA, CTAs per SM and the slot hand-off?
+// Standalone (no CUTLASS):  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a
+//   tools/experiments/stream_bench.cu -o /tmp/stream_bench && /tmp/stream_bench
+// Each CTA streams its own contiguous share of a 4 GiB buffer (beyond L2) through a ring of
+// `slots` shared-memory slots, `copies` bulk copies of `bytes` each per slot, with one mbarrier per
+// slot.  hand-off 0: the issuing thread itself waits for a slot to land before refilling it (the
+// least latency a ring can add); 1: a consumer warp waits for `full` and arrives on `empty`, and the
+// producer waits for `empty` (the GEMMs' ring, with nothing done between the two).  `issuers`
+// threads (lanes of one warp: stride 1, or lane 0 of separate warps: stride 32) share the issuing.
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <algorithm>
+#include <vector>
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
+
+__device__ __forceinline__ void mbar_init(uint32_t mbar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t mbar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t mbar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(uint32_t smem, const void* gmem, uint32_t bytes, uint32_t mbar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(smem), "l"(gmem), "r"(bytes), "r"(mbar) : "memory");
+}
+
+extern __shared__ __align__(128) uint8_t smem[];
+
+__global__ void stream_kernel(const uint8_t* src, size_t bytes_per_cta, int slot_bytes, int copies, int slots,
+                              int handoff, int issuers, int issuer_stride, unsigned long long* sink,
+                              unsigned long long* cycles) {
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full0 = base + uint32_t(slots * slot_bytes), empty0 = full0 + 8u * uint32_t(slots);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < slots; ++s) { mbar_init(full0 + 8 * s, 1); mbar_init(empty0 + 8 * s, 32); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const uint8_t* my = src + size_t(blockIdx.x) * bytes_per_cta;
+  const int n = int(bytes_per_cta / size_t(slot_bytes));
+  const int copy_bytes = slot_bytes / copies;
+  const int producer_threads = issuers * issuer_stride;
+  const int consumer0 = (producer_threads + 31) / 32 * 32;  // the consumer warp follows the producer warp(s)
+  const int t = int(threadIdx.x);
+  if (t < producer_threads) {
+    if (t % issuer_stride == 0) {  // issuer j owns fills j, j + issuers, ... (slots is a multiple of issuers)
+      const int j = t / issuer_stride;
+      unsigned long long wait_cycles = 0, issue_cycles = 0;
+      for (int i = j; i < n; i += issuers) {
+        const int slot = i % slots;
+        const uint32_t fills = uint32_t(i / slots);
+        const unsigned long long t0 = clock64();
+        if (fills > 0) {
+          if (handoff) mbar_wait(empty0 + 8 * slot, (fills - 1) & 1);
+          else mbar_wait(full0 + 8 * slot, (fills - 1) & 1);
+        }
+        const unsigned long long t1 = clock64();
+        mbar_arrive_expect_tx(full0 + 8 * slot, uint32_t(slot_bytes));
+        for (int c = 0; c < copies; ++c)
+          bulk_copy(base + uint32_t(slot * slot_bytes + c * copy_bytes), my + size_t(i) * slot_bytes + c * copy_bytes,
+                    uint32_t(copy_bytes), full0 + 8 * slot);
+        const unsigned long long t2 = clock64();
+        wait_cycles += t1 - t0;
+        issue_cycles += t2 - t1;
+      }
+      if (blockIdx.x == 0 && j == 0) { cycles[0] = wait_cycles; cycles[1] = issue_cycles; cycles[2] = (n + issuers - 1) / issuers; }
+      if (!handoff)  // drain: the last fill of each of this issuer's slots
+        for (int i = j + ((n > slots ? n - slots : 0) / issuers) * issuers; i < n; i += issuers)
+          if (i + slots >= n) mbar_wait(full0 + 8 * (i % slots), uint32_t(i / slots) & 1);
+    }
+  } else if (handoff && t >= consumer0 && t < consumer0 + 32) {  // consumer warp
+    unsigned long long acc = 0;
+    for (int i = 0; i < n; ++i) {
+      const int slot = i % slots;
+      mbar_wait(full0 + 8 * slot, uint32_t(i / slots) & 1);
+      acc += smem[slot * slot_bytes + (t % 32) * 4];
+      mbar_arrive(empty0 + 8 * slot);
+    }
+    if (acc == 0x123456789ull) *sink = acc;
+  }
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t total = size_t(4) << 30;
+  uint8_t* src;
+  unsigned long long *sink, *cycles;
+  CHECK(cudaMalloc(&src, total));
+  CHECK(cudaMalloc(&sink, 8));
+  CHECK(cudaMalloc(&cycles, 24));
+  CHECK(cudaMemset(src, 1, total));
+  CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  printf("handoff issuers issuer_stride ctas_per_sm slot_bytes copies slots inflight_per_sm_KB TB/s wait_cycles/iter issue_cycles/iter (CTA 0, issuer 0)\n");
+  struct Issue { int issuers, stride; };
+  for (int handoff = 0; handoff < 2; ++handoff)
+    for (Issue is : {Issue{1, 32}, Issue{2, 1}, Issue{4, 1}, Issue{2, 32}, Issue{4, 32}})
+      for (int per_sm : {1, 2, 4})
+        for (int slot_bytes : {2048, 4096, 8192, 16384})
+          for (int copies : {1, 4})
+            for (int slots : {4, 8, 12, 16, 24}) {
+              const size_t smem_bytes = size_t(slots) * slot_bytes + 16 * slots;
+              if (smem_bytes * per_sm > 220 * 1024 || slots % is.issuers) continue;
+              if (slot_bytes / copies < 1024 && copies > 1) continue;
+              const int ctas = sms * per_sm;
+              const int threads = (is.issuers * is.stride + 31) / 32 * 32 + (handoff ? 32 : 0);
+              size_t per_cta = total / ctas / slot_bytes * slot_bytes;
+              std::vector<float> ms;
+              for (int rep = 0; rep < 7; ++rep) {
+                CHECK(cudaEventRecord(a));
+                stream_kernel<<<ctas, threads, smem_bytes>>>(src, per_cta, slot_bytes, copies, slots,
+                                                                                 handoff, is.issuers, is.stride, sink, cycles);
+                CHECK(cudaEventRecord(b));
+                CHECK(cudaEventSynchronize(b));
+                CHECK(cudaGetLastError());
+                float t;
+                CHECK(cudaEventElapsedTime(&t, a, b));
+                if (rep > 1) ms.push_back(t);
+              }
+              std::sort(ms.begin(), ms.end());
+              const float med = ms[ms.size() / 2];
+              unsigned long long cyc[3];
+              CHECK(cudaMemcpy(cyc, cycles, sizeof(cyc), cudaMemcpyDeviceToHost));
+              printf("%d %d %d %d %d %d %d %.0f %.2f %.0f %.0f\n", handoff, is.issuers, is.stride, per_sm, slot_bytes, copies,
+                     slots, double(slots) * slot_bytes * per_sm / 1024.0, double(per_cta) * ctas / (med * 1e-3) / 1e12,
+                     double(cyc[0]) / cyc[2], double(cyc[1]) / cyc[2]);
+            }
+  return 0;
+}

@@ -41,6 +41,7 @@ def emulate_kernel_decode(w: torch.Tensor, scales: torch.Tensor, expert_scale: t
     words = w.view(E, N64, K64, 128, 4, 4).to(torch.int64)
     words = words[..., 0] | words[..., 1] << 8 | words[..., 2] << 16 | words[..., 3] << 24  # [.., 128, 4]
     sc = scales.view(E, N64, K64, 4, 8, 4).to(torch.int64)
+    scale_words = sc[..., 0] | sc[..., 1] << 8 | sc[..., 2] << 16 | sc[..., 3] << 24  # [.., warp, g]
     for L in range(128):
         warp, lane = divmod(L, 32)
         g, t = divmod(lane, 4)
@@ -49,7 +50,10 @@ def emulate_kernel_decode(w: torch.Tensor, scales: torch.Tensor, expert_scale: t
             for j in range(4):  # fragment register j: a0 (g, 2t), a1 (g+8, 2t), a2 (g, 2t+8), a3 (g+8, 2t+8)
                 row = 16 * warp + g + 8 * (j % 2)
                 k = 16 * kk + 2 * t + 8 * (j // 2)
-                s = sc[..., warp, g, 2 * (kk // 2) + (j % 2)]
+                # scale_pair_rows_g / _g8: rows g (j even) or g + 8, group kk // 2 in the pair's high half
+                sw = scale_words[..., warp, g]
+                pair = (sw << 7) & 0x7F807F80 if j % 2 == 0 else (sw >> 1) & 0x7F807F80
+                s = pair >> (16 * (kk // 2) + 7) & 0xFF
                 # byte b is the exponent field of the bf16 multiplier 2^(b-127); the widened bf16
                 # reads value * 2^-126, so the product is value * 2^(b-253) (b = 0: zero multiplier)
                 mult = torch.where(s == 0, 0.0, torch.pow(2.0, (s - 253).double()))

@@ -42,8 +42,9 @@ DEFAULT_PICKS = {
     4096: ("m256n128k64s6", "m256n128k64s6"),
 }
 
-WIDEN = "e2m1x8_to_bf16x8(w4[kk], mul[2 * kg], mul[2 * kg + 1], out);"
-NO_WIDEN = "out[0] = w4[kk]; out[1] = w4[kk]; out[2] = w4[kk]; out[3] = w4[kk]; (void)mul; (void)kg;"
+WIDEN = """if (kk < 2) e2m1x8_to_bf16x8<false>(w4[kk], pair_g, pair_g8, out);
+        else e2m1x8_to_bf16x8<true>(w4[kk], pair_g, pair_g8, out);"""
+NO_WIDEN = "out[0] = w4[kk]; out[1] = w4[kk]; out[2] = w4[kk]; out[3] = w4[kk]; (void)pair_g; (void)pair_g8;"
 MMA = """wgmma_rs<Op>(reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag[r].data())) + kb * 4, desc,
                      raw_pointer_cast(accum[r].data()), std::make_index_sequence<kAccRegs>{});"""
 # An empty asm would not keep the widening: ptxas drops code whose results no instruction reads.

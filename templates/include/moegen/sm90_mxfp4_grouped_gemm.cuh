@@ -270,13 +270,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
       const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][slice][ak][warp * 32 + g * 4]);
       const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
       // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
-      const uint32_t mul[4] = {scale_multiplier_bf16x2<0>(sw), scale_multiplier_bf16x2<1>(sw),
-                               scale_multiplier_bf16x2<2>(sw), scale_multiplier_bf16x2<3>(sw)};
+      const uint32_t pair_g = scale_pair_rows_g(sw), pair_g8 = scale_pair_rows_g8(sw);
       CUTE_UNROLL
       for (int kk = 0; kk < 4; ++kk) {
-        const int kg = kk / 2;  // which 32-wide scale group of the atom
-        uint32_t out[4];
-        e2m1x8_to_bf16x8(w4[kk], mul[2 * kg], mul[2 * kg + 1], out);
+        uint32_t out[4];  // words 0, 1: the atom's first 32-wide scale group; 2, 3: its second
+        if (kk < 2) e2m1x8_to_bf16x8<false>(w4[kk], pair_g, pair_g8, out);
+        else e2m1x8_to_bf16x8<true>(w4[kk], pair_g, pair_g8, out);
         CUTE_UNROLL
         for (int j = 0; j < 4; ++j) regs[(ak * 4 + kk) * 4 + j] = out[j];
       }

@@ -1,5 +1,6 @@
 """The measurement tools keep working as the kernels change: tools/ablation.py patches exact source
-strings of the GEMM header, and tools/experiments/*.patch apply to it (CPU only)."""
+strings of the GEMM header, tools/experiments/*.patch apply to it, the GPU-side scripts parse and the
+standalone experiment programs compile (CPU only)."""
 import importlib.util
 import shutil
 import subprocess
@@ -52,3 +53,17 @@ def test_experiment_patches_apply(tmp_path, patch):
     assert run.returncode == 0, run.stdout + run.stderr
     assert out.read_text() != header.read_text()
 
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "tools").glob("*.py")), ids=lambda p: p.name)
+def test_tool_scripts_compile(script):
+    """The GPU-side tools run only on the device machine: at least their syntax is checked here."""
+    compile(script.read_text(), str(script), "exec")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("source", sorted((ROOT / "tools" / "experiments").glob("*.cu")), ids=lambda p: p.name)
+def test_experiment_programs_compile(tmp_path, source):
+    run = subprocess.run(["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-c", str(source),
+                          "-o", str(tmp_path / "program.o")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -8,6 +8,9 @@
 // least latency a ring can add); 1: a consumer warp waits for `full` and arrives on `empty`, and the
 // producer waits for `empty` (the GEMMs' ring, with nothing done between the two).  `issuers`
 // threads (lanes of one warp: stride 1, or lane 0 of separate warps: stride 32) share the issuing.
+// A second sweep (gemm-like) adds what the GEMMs' rings also carry: token rows gathered with
+// cp.async into each slot, a consumer releasing a slot one fill late, and one CTA per 64-slot tile
+// against a persistent grid (added after the H200 runs in docs/benchmarks.md; not run yet).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,6 +95,83 @@ __global__ void stream_kernel(const uint8_t* src, size_t bytes_per_cta, int slot
   }
 }
 
+// The GEMMs' producer shape: slot kt's weights (`copies` bulk copies, `slot_bytes` in all) issued by
+// lane 0 of producer warp kt % W, `rows` token rows of 128 bytes per slot gathered with cp.async by
+// the producer lanes from an L2-resident buffer (arrivals on `full`), one consumer warp releasing
+// slot kt - 1 once slot kt is full (the GEMMs keep one wgmma batch in flight).  Tiles of
+// `tile_slots` slots; `persistent` 0: one CTA per tile (the GEMMs' grid below 4096 expert rows:
+// each CTA pays its start-up), 1: as many CTAs as fit, each streaming tile after tile.
+__device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t mbar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_on_cp_async(uint32_t mbar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar) : "memory");
+}
+
+constexpr int kRowBytes = 128;  // one BK = 64 column of a bf16 token row
+constexpr size_t kTokenBytes = size_t(1) << 20;  // the token rows' buffer: stays in L2
+
+__global__ void gemm_like_kernel(const uint8_t* weights, const uint8_t* tokens, int tiles, int tile_slots,
+                                 int persistent, int slot_bytes, int copies, int slots, int producer_warps,
+                                 int rows, unsigned long long* sink) {
+  const int ring_bytes = slots * (slot_bytes + rows * kRowBytes);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full0 = base + uint32_t(ring_bytes), empty0 = full0 + 8u * uint32_t(slots);
+  for (int i = int(threadIdx.x); i < ring_bytes / 16; i += int(blockDim.x))  // the GEMMs zero their B ring
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < slots; ++s) { mbar_init(full0 + 8 * s, 32 * producer_warps); mbar_init(empty0 + 8 * s, 32); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int t = int(threadIdx.x), lane = t % 32, warp = t / 32;
+  const int stride = persistent ? int(gridDim.x) : tiles;  // striding over tiles, or one tile per CTA
+  const int per_tile = tile_slots;
+  if (warp < producer_warps) {
+    int i = 0;  // this CTA's slot fills so far (continues across tiles)
+    for (int tile = int(blockIdx.x); tile < tiles; tile += stride) {
+      const uint8_t* w = weights + size_t(tile) * per_tile * slot_bytes;
+      for (int kt = 0; kt < per_tile; ++kt, ++i) {
+        const int slot = i % slots;
+        if (i >= slots) mbar_wait(empty0 + 8 * slot, uint32_t(i / slots - 1) & 1);
+        if (lane == 0 && warp == kt % producer_warps) {
+          mbar_expect_tx(full0 + 8 * slot, uint32_t(slot_bytes));
+          for (int c = 0; c < copies; ++c)
+            bulk_copy(base + uint32_t(slot * slot_bytes + c * (slot_bytes / copies)),
+                      w + size_t(kt) * slot_bytes + c * (slot_bytes / copies), uint32_t(slot_bytes / copies),
+                      full0 + 8 * slot);
+        }
+        // lane (r, q): rows r + 8 (warp + W j), 16-byte chunks q and q + 4 of each
+        for (int r = lane / 4 + 8 * warp; r < rows; r += 8 * producer_warps)
+          for (int q = lane % 4; q < kRowBytes / 16; q += 4) {
+            const size_t src = (size_t(tile % 64) * 28 * 8192 + size_t(r) * 8192 + size_t(kt) * kRowBytes + q * 16) %
+                               kTokenBytes;
+            cp_async_16(base + uint32_t(slots * slot_bytes + (slot * rows + r) * kRowBytes + q * 16), tokens + src);
+          }
+        mbar_arrive_on_cp_async(full0 + 8 * slot);
+      }
+      if (!persistent) break;
+    }
+  } else if (warp == producer_warps) {  // consumer warp
+    unsigned long long acc = 0;
+    int i = 0;
+    for (int tile = int(blockIdx.x); tile < tiles; tile += stride) {
+      for (int kt = 0; kt < per_tile; ++kt, ++i) {
+        const int slot = i % slots;
+        mbar_wait(full0 + 8 * slot, uint32_t(i / slots) & 1);
+        acc += smem[slot * slot_bytes + lane * 4];
+        if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) % slots));
+      }
+      if (!persistent) break;
+    }
+    if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) % slots));
+    if (acc == 0x123456789ull) *sink = acc;
+  }
+}
+
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -140,5 +220,39 @@ int main() {
                      slots, double(slots) * slot_bytes * per_sm / 1024.0, double(per_cta) * ctas / (med * 1e-3) / 1e12,
                      double(cyc[0]) / cyc[2], double(cyc[1]) / cyc[2]);
             }
+
+  // The GEMMs' shape: 64-slot tiles (GEMM1's K = 4096 at BK = 64), 4 KB of weights per slot in four
+  // copies (m128: two slices' atoms and scales), 6 slots, 0 or 28 token rows (T = 1024's average).
+  uint8_t* tokens;
+  CHECK(cudaMalloc(&tokens, kTokenBytes));
+  CHECK(cudaMemset(tokens, 1, kTokenBytes));
+  CHECK(cudaFuncSetAttribute(gemm_like_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+  printf("\ngemm-like: producer_warps ctas_per_sm rows grid(tiles|persistent) slots weights_TB/s\n");
+  const int slot_bytes = 4096, copies = 4, tile_slots = 64;
+  const int tiles = int((size_t(2) << 30) / (size_t(tile_slots) * slot_bytes));  // 2 GiB of weights
+  for (int producer_warps : {1, 4})
+    for (int per_sm : {1, 2})
+      for (int rows : {0, 28})
+        for (int persistent = 0; persistent < 2; ++persistent)
+          for (int slots : {6, 8}) {
+            const size_t ring = size_t(slots) * (slot_bytes + rows * kRowBytes) + 16 * slots;
+            const size_t smem_bytes = std::max(ring, size_t(200 * 1024 / per_sm));  // caps CTAs per SM
+            const int grid = persistent ? sms * per_sm : tiles;
+            std::vector<float> ms;
+            for (int rep = 0; rep < 7; ++rep) {
+              CHECK(cudaEventRecord(a));
+              gemm_like_kernel<<<grid, 32 * (producer_warps + 1), smem_bytes>>>(
+                  src, tokens, tiles, tile_slots, persistent, slot_bytes, copies, slots, producer_warps, rows, sink);
+              CHECK(cudaEventRecord(b));
+              CHECK(cudaEventSynchronize(b));
+              CHECK(cudaGetLastError());
+              float t;
+              CHECK(cudaEventElapsedTime(&t, a, b));
+              if (rep > 1) ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            printf("%d %d %d %s %d %.2f\n", producer_warps, per_sm, rows, persistent ? "persistent" : "tiles", slots,
+                   double(tiles) * tile_slots * slot_bytes / (ms[ms.size() / 2] * 1e-3) / 1e12);
+          }
   return 0;
 }

@@ -186,6 +186,22 @@ int main() {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
+  // Median of 5 timed launches after 2 warm-ups, ms.
+  auto median_ms = [&](auto launch) {
+    std::vector<float> ms;
+    for (int rep = 0; rep < 7; ++rep) {
+      CHECK(cudaEventRecord(a));
+      launch();
+      CHECK(cudaEventRecord(b));
+      CHECK(cudaEventSynchronize(b));
+      CHECK(cudaGetLastError());
+      float t;
+      CHECK(cudaEventElapsedTime(&t, a, b));
+      if (rep > 1) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
   printf("handoff issuers issuer_stride ctas_per_sm slot_bytes copies slots inflight_per_sm_KB TB/s wait_cycles/iter issue_cycles/iter (CTA 0, issuer 0)\n");
   struct Issue { int issuers, stride; };
   for (int handoff = 0; handoff < 2; ++handoff)
@@ -200,20 +216,10 @@ int main() {
               const int ctas = sms * per_sm;
               const int threads = (is.issuers * is.stride + 31) / 32 * 32 + (handoff ? 32 : 0);
               size_t per_cta = total / ctas / slot_bytes * slot_bytes;
-              std::vector<float> ms;
-              for (int rep = 0; rep < 7; ++rep) {
-                CHECK(cudaEventRecord(a));
-                stream_kernel<<<ctas, threads, smem_bytes>>>(src, per_cta, slot_bytes, copies, slots,
-                                                                                 handoff, is.issuers, is.stride, sink, cycles);
-                CHECK(cudaEventRecord(b));
-                CHECK(cudaEventSynchronize(b));
-                CHECK(cudaGetLastError());
-                float t;
-                CHECK(cudaEventElapsedTime(&t, a, b));
-                if (rep > 1) ms.push_back(t);
-              }
-              std::sort(ms.begin(), ms.end());
-              const float med = ms[ms.size() / 2];
+              const float med = median_ms([&] {
+                stream_kernel<<<ctas, threads, smem_bytes>>>(src, per_cta, slot_bytes, copies, slots, handoff,
+                                                             is.issuers, is.stride, sink, cycles);
+              });
               unsigned long long cyc[3];
               CHECK(cudaMemcpy(cyc, cycles, sizeof(cyc), cudaMemcpyDeviceToHost));
               printf("%d %d %d %d %d %d %d %.0f %.2f %.0f %.0f\n", handoff, is.issuers, is.stride, per_sm, slot_bytes, copies,
@@ -238,21 +244,12 @@ int main() {
             const size_t ring = size_t(slots) * (slot_bytes + rows * kRowBytes) + 16 * slots;
             const size_t smem_bytes = std::max(ring, size_t(200 * 1024 / per_sm));  // caps CTAs per SM
             const int grid = persistent ? sms * per_sm : tiles;
-            std::vector<float> ms;
-            for (int rep = 0; rep < 7; ++rep) {
-              CHECK(cudaEventRecord(a));
+            const float med = median_ms([&] {
               gemm_like_kernel<<<grid, 32 * (producer_warps + 1), smem_bytes>>>(
                   src, tokens, tiles, tile_slots, persistent, slot_bytes, copies, slots, producer_warps, rows, sink);
-              CHECK(cudaEventRecord(b));
-              CHECK(cudaEventSynchronize(b));
-              CHECK(cudaGetLastError());
-              float t;
-              CHECK(cudaEventElapsedTime(&t, a, b));
-              if (rep > 1) ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
+            });
             printf("%d %d %d %s %d %.2f\n", producer_warps, per_sm, rows, persistent ? "persistent" : "tiles", slots,
-                   double(tiles) * tile_slots * slot_bytes / (ms[ms.size() / 2] * 1e-3) / 1e12);
+                   double(tiles) * tile_slots * slot_bytes / (med * 1e-3) / 1e12);
           }
   return 0;
 }

@@ -17,7 +17,7 @@ import torch
 
 from .runtime import MoeLayer
 from .spec import ModelSpec
-from .testing import random_inputs, random_weights
+from .testing import Weights, random_inputs, random_weights
 
 
 @dataclass
@@ -92,6 +92,22 @@ def expert_bytes(spec: ModelSpec) -> int:
     return params // 2 + params // 32
 
 
+def input_set_graphs(layer: MoeLayer, w: Weights, T: int, kernels: tuple[int, int], rotations: int, seed: int) -> list:
+    """The benchmark's input sets for T (seeds seed + 100 T + r), each run once (warm-up; it also
+    allocates) and captured in a CUDA graph: [(graph, inputs, topk_ids of the warm-up)].  The inputs
+    stay alive with their graph.  tools/bench_sets.py times the same sets one by one."""
+    sets = []
+    for r in range(rotations):
+        x = random_inputs(layer.spec, T, "cuda", seed + 100 * T + r)
+        res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)
+        sets.append((g, x, res.topk_ids))
+    return sets
+
+
 def bench_layer(layer: MoeLayer, tokens: list[int], ceilings: Ceilings, reps: int = 30, rotations: int = 8,
                 seed: int = 0, log=print) -> list[BenchRow]:
     spec = layer.spec
@@ -99,20 +115,14 @@ def bench_layer(layer: MoeLayer, tokens: list[int], ceilings: Ceilings, reps: in
     rows = []
     for T in tokens:
         k1, k2 = layer.choose_kernels(T)
-        graphs, hit = [], []
-        for r in range(rotations):
-            x = random_inputs(spec, T, "cuda", seed + 100 * T + r)
-            res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))  # warm-up, also allocates
-            ids = res.topk_ids.long()
+        sets = input_set_graphs(layer, w, T, (k1, k2), rotations, seed)
+        hit = []
+        for _, _, topk_ids in sets:
+            ids = topk_ids.long()
             local = ids[(ids >= spec.expert_begin) & (ids < spec.expert_begin + spec.local_experts)]
             hit.append(local.unique().numel())
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))
-            graphs.append((g, x))  # keep the inputs alive with their graph
-        times = sorted(replay_times_us([g for g, _ in graphs], reps))
-        del graphs
+        times = sorted(replay_times_us([g for g, _, _ in sets], reps))
+        del sets
         med = statistics.median(times)
         wbytes = statistics.mean(hit) * expert_bytes(spec)
         local_slots = T * spec.top_k * spec.local_experts / spec.num_experts

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
-from moegen.bench import replay_times_us
+from moegen.bench import input_set_graphs, replay_times_us
 from moegen.cli import DEFAULT_OUT
 from moegen.runtime import load
 from moegen.spec import load_model
-from moegen.testing import random_inputs, random_weights
+from moegen.testing import random_weights
 
 ROTATIONS, REPS, SEED = 8, 30, 0  # moegen.bench.bench_layer's defaults
 
@@ -25,23 +25,14 @@ w = random_weights(spec, "cuda", SEED)
 for T in (int(t) for t in sys.argv[2].split(",")):
     k1, k2 = layer.choose_kernels(T)
     block_n = layer.kernels[k1].block_n
-    graphs, stats = [], []
-    for r in range(ROTATIONS):
-        x = random_inputs(spec, T, "cuda", SEED + 100 * T + r)
-        res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))
-        ids = res.topk_ids.long()
-        rows = torch.bincount(ids.flatten(), minlength=spec.num_experts)
-        tiles = int(((rows + block_n - 1) // block_n).sum())
-        stats.append((int((rows > 0).sum()), int(rows.max()), tiles))
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2))
-        graphs.append((g, x))
-    times = replay_times_us([g for g, _ in graphs], REPS)  # REPS rounds over the sets, in order
+    sets = input_set_graphs(layer, w, T, (k1, k2), ROTATIONS, SEED)
+    times = replay_times_us([g for g, _, _ in sets], REPS)  # REPS rounds over the sets, in order
     print(f"T={T} kernels={layer.kernels[k1].name},{layer.kernels[k2].name}")
-    for r, (hit, biggest, tiles) in enumerate(stats):
+    for r, (_, _, topk_ids) in enumerate(sets):
+        rows = torch.bincount(topk_ids.long().flatten(), minlength=spec.num_experts)
+        tiles = int(((rows + block_n - 1) // block_n).sum())
         mine = sorted(times[r::ROTATIONS])
-        print(f"  set {r}: experts hit {hit:3d}  largest expert {biggest:5d} rows  gemm1 work tiles {tiles:4d}  "
-              f"median {statistics.median(mine):8.1f} us  (min {mine[0]:8.1f}, max {mine[-1]:8.1f})")
-    del graphs
+        print(f"  set {r}: experts hit {int((rows > 0).sum()):3d}  largest expert {int(rows.max()):5d} rows  "
+              f"gemm1 work tiles {tiles:4d}  median {statistics.median(mine):8.1f} us  "
+              f"(min {mine[0]:8.1f}, max {mine[-1]:8.1f})")
+    del sets

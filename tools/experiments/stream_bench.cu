@@ -114,16 +114,25 @@ __device__ __forceinline__ void mbar_arrive_on_cp_async(uint32_t mbar) {
 constexpr int kRowBytes = 128;  // one BK = 64 column of a bf16 token row
 constexpr size_t kTokenBytes = size_t(1) << 20;  // the token rows' buffer: stays in L2
 
+// mode 0 (walk, the GEMMs today): every producer warp walks every slot, waits for its `empty`, gathers
+// its share of the slot's token rows and arrives; lane 0 of warp kt % W also issues slot kt's weights.
+// mode 1 (own): warp w owns slots kt = w (mod W): it alone waits for them, issues their weights and
+// gathers all their token rows.  mode 2 (split): warps 0..W/2-1 own the weights of alternate slots
+// (arrive.expect_tx), warps W/2..W-1 walk every slot gathering token rows.
+// early 1: the consumer releases slot kt as soon as it read it (0: once slot kt + 1 is full, as the
+// GEMMs, whose wgmma on slot kt is still in flight then).
 __global__ void gemm_like_kernel(const uint8_t* weights, const uint8_t* tokens, int tiles, int tile_slots,
                                  int persistent, int slot_bytes, int copies, int slots, int producer_warps,
-                                 int rows, unsigned long long* sink) {
+                                 int rows, int mode, int early, unsigned long long* sink) {
   const int ring_bytes = slots * (slot_bytes + rows * kRowBytes);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full0 = base + uint32_t(ring_bytes), empty0 = full0 + 8u * uint32_t(slots);
   for (int i = int(threadIdx.x); i < ring_bytes / 16; i += int(blockDim.x))  // the GEMMs zero their B ring
     reinterpret_cast<uint4*>(smem)[i] = make_uint4(0, 0, 0, 0);
+  const int weight_warps = mode == 2 ? producer_warps / 2 : producer_warps;
+  const int full_count = mode == 0 ? 32 * producer_warps : mode == 1 ? 32 : 32 * (producer_warps - weight_warps) + 1;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < slots; ++s) { mbar_init(full0 + 8 * s, 32 * producer_warps); mbar_init(empty0 + 8 * s, 32); }
+    for (int s = 0; s < slots; ++s) { mbar_init(full0 + 8 * s, full_count); mbar_init(empty0 + 8 * s, 32); }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -131,27 +140,39 @@ __global__ void gemm_like_kernel(const uint8_t* weights, const uint8_t* tokens, 
   const int stride = persistent ? int(gridDim.x) : tiles;  // striding over tiles, or one tile per CTA
   const int per_tile = tile_slots;
   if (warp < producer_warps) {
-    int i = 0;  // this CTA's slot fills so far (continues across tiles)
-    for (int tile = int(blockIdx.x); tile < tiles; tile += stride) {
+    // Which slots this warp visits, whether it issues their weights, and which token rows it gathers.
+    const bool weight_warp = warp < weight_warps;
+    const int visit_stride = mode == 0 ? 1 : mode == 1 ? producer_warps : weight_warp ? weight_warps : 1;
+    const int visit_first = mode == 0 ? 0 : mode == 1 ? warp : weight_warp ? warp : 0;
+    const int row_warps = mode == 0 ? producer_warps : mode == 1 ? 1 : producer_warps - weight_warps;
+    const int row_warp = mode == 0 ? warp : mode == 1 ? 0 : warp - weight_warps;
+    const bool gathers = mode != 2 || !weight_warp;
+    int pass = 0;  // tiles this CTA streamed so far
+    for (int tile = int(blockIdx.x); tile < tiles; tile += stride, ++pass) {
       const uint8_t* w = weights + size_t(tile) * per_tile * slot_bytes;
-      for (int kt = 0; kt < per_tile; ++kt, ++i) {
+      for (int kt = visit_first; kt < per_tile; kt += visit_stride) {
+        const int i = pass * per_tile + kt;  // this CTA's fill index
         const int slot = i % slots;
         if (i >= slots) mbar_wait(empty0 + 8 * slot, uint32_t(i / slots - 1) & 1);
-        if (lane == 0 && warp == kt % producer_warps) {
-          mbar_expect_tx(full0 + 8 * slot, uint32_t(slot_bytes));
+        const bool issues = mode == 0 ? lane == 0 && warp == kt % producer_warps : lane == 0 && weight_warp;
+        if (issues) {
+          if (mode == 2) mbar_arrive_expect_tx(full0 + 8 * slot, uint32_t(slot_bytes));
+          else mbar_expect_tx(full0 + 8 * slot, uint32_t(slot_bytes));
           for (int c = 0; c < copies; ++c)
             bulk_copy(base + uint32_t(slot * slot_bytes + c * (slot_bytes / copies)),
                       w + size_t(kt) * slot_bytes + c * (slot_bytes / copies), uint32_t(slot_bytes / copies),
                       full0 + 8 * slot);
         }
-        // lane (r, q): rows r + 8 (warp + W j), 16-byte chunks q and q + 4 of each
-        for (int r = lane / 4 + 8 * warp; r < rows; r += 8 * producer_warps)
-          for (int q = lane % 4; q < kRowBytes / 16; q += 4) {
-            const size_t src = (size_t(tile % 64) * 28 * 8192 + size_t(r) * 8192 + size_t(kt) * kRowBytes + q * 16) %
-                               kTokenBytes;
-            cp_async_16(base + uint32_t(slots * slot_bytes + (slot * rows + r) * kRowBytes + q * 16), tokens + src);
-          }
-        mbar_arrive_on_cp_async(full0 + 8 * slot);
+        if (gathers) {
+          // lane (r, q): rows r + 8 (row_warp + row_warps j), 16-byte chunks q and q + 4 of each
+          for (int r = lane / 4 + 8 * row_warp; r < rows; r += 8 * row_warps)
+            for (int q = lane % 4; q < kRowBytes / 16; q += 4) {
+              const size_t src = (size_t(tile % 64) * 28 * 8192 + size_t(r) * 8192 + size_t(kt) * kRowBytes + q * 16) %
+                                 kTokenBytes;
+              cp_async_16(base + uint32_t(slots * slot_bytes + (slot * rows + r) * kRowBytes + q * 16), tokens + src);
+            }
+          mbar_arrive_on_cp_async(full0 + 8 * slot);
+        }
       }
       if (!persistent) break;
     }
@@ -163,16 +184,18 @@ __global__ void gemm_like_kernel(const uint8_t* weights, const uint8_t* tokens, 
         const int slot = i % slots;
         mbar_wait(full0 + 8 * slot, uint32_t(i / slots) & 1);
         acc += smem[slot * slot_bytes + lane * 4];
-        if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) % slots));
+        if (early) mbar_arrive(empty0 + 8 * slot);
+        else if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) % slots));
       }
       if (!persistent) break;
     }
-    if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) % slots));
+    if (!early && i > 0) mbar_arrive(empty0 + 8 * ((i - 1) % slots));
     if (acc == 0x123456789ull) *sink = acc;
   }
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool gemm_only = argc > 1 && argv[1][0] == 'g';  // `stream_bench gemm`: the gemm-like sweep only
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t total = size_t(4) << 30;
@@ -204,7 +227,7 @@ int main() {
   };
   printf("handoff issuers issuer_stride ctas_per_sm slot_bytes copies slots inflight_per_sm_KB TB/s wait_cycles/iter issue_cycles/iter (CTA 0, issuer 0)\n");
   struct Issue { int issuers, stride; };
-  for (int handoff = 0; handoff < 2; ++handoff)
+  for (int handoff = 0; handoff < (gemm_only ? 0 : 2); ++handoff)
     for (Issue is : {Issue{1, 32}, Issue{2, 1}, Issue{4, 1}, Issue{2, 32}, Issue{4, 32}})
       for (int per_sm : {1, 2, 4})
         for (int slot_bytes : {2048, 4096, 8192, 16384})
@@ -233,23 +256,28 @@ int main() {
   CHECK(cudaMalloc(&tokens, kTokenBytes));
   CHECK(cudaMemset(tokens, 1, kTokenBytes));
   CHECK(cudaFuncSetAttribute(gemm_like_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
-  printf("\ngemm-like: producer_warps ctas_per_sm rows grid(tiles|persistent) slots weights_TB/s\n");
+  printf("\ngemm-like: mode(0 walk 1 own 2 split) early_release producer_warps ctas_per_sm rows grid slots weights_TB/s\n");
   const int slot_bytes = 4096, copies = 4, tile_slots = 64;
   const int tiles = int((size_t(2) << 30) / (size_t(tile_slots) * slot_bytes));  // 2 GiB of weights
-  for (int producer_warps : {1, 4})
-    for (int per_sm : {1, 2})
-      for (int rows : {0, 28})
-        for (int persistent = 0; persistent < 2; ++persistent)
-          for (int slots : {6, 8}) {
-            const size_t ring = size_t(slots) * (slot_bytes + rows * kRowBytes) + 16 * slots;
-            const size_t smem_bytes = std::max(ring, size_t(200 * 1024 / per_sm));  // caps CTAs per SM
-            const int grid = persistent ? sms * per_sm : tiles;
-            const float med = median_ms([&] {
-              gemm_like_kernel<<<grid, 32 * (producer_warps + 1), smem_bytes>>>(
-                  src, tokens, tiles, tile_slots, persistent, slot_bytes, copies, slots, producer_warps, rows, sink);
-            });
-            printf("%d %d %d %s %d %.2f\n", producer_warps, per_sm, rows, persistent ? "persistent" : "tiles", slots,
-                   double(tiles) * tile_slots * slot_bytes / (med * 1e-3) / 1e12);
-          }
+  for (int mode = 0; mode < 3; ++mode)
+    for (int early = 0; early < 2; ++early)
+      for (int producer_warps : {2, 4})
+        for (int per_sm : {1, 2})
+          for (int rows : {0, 28, 64})
+            for (int persistent = 0; persistent < 2; ++persistent)
+              for (int slots : {6, 8}) {
+                if (per_sm == 1 && (persistent || slots == 6)) continue;  // keep the sweep short
+                const size_t ring = size_t(slots) * (slot_bytes + rows * kRowBytes) + 16 * slots;
+                const size_t smem_bytes = std::max(ring, size_t(200 * 1024 / per_sm));  // caps CTAs per SM
+                if (ring * per_sm > 220 * 1024) continue;
+                const int grid = persistent ? sms * per_sm : tiles;
+                const float med = median_ms([&] {
+                  gemm_like_kernel<<<grid, 32 * (producer_warps + 1), smem_bytes>>>(
+                      src, tokens, tiles, tile_slots, persistent, slot_bytes, copies, slots, producer_warps, rows, mode,
+                      early, sink);
+                });
+                printf("%d %d %d %d %d %s %d %.2f\n", mode, early, producer_warps, per_sm, rows,
+                       persistent ? "persistent" : "tiles", slots, double(tiles) * tile_slots * slot_bytes / (med * 1e-3) / 1e12);
+              }
   return 0;
 }

@@ -10,7 +10,10 @@
 // threads (lanes of one warp: stride 1, or lane 0 of separate warps: stride 32) share the issuing.
 // A second sweep (gemm-like) adds what the GEMMs' rings also carry: token rows gathered with
 // cp.async into each slot, a consumer releasing a slot one fill late, and one CTA per 64-slot tile
-// against a persistent grid (added after the H200 runs in docs/benchmarks.md; not run yet).
+// against a persistent grid, with three ways of sharing the slots among producer warps.
+// `stream_bench gemm` runs only that sweep.  H200 results: docs/benchmarks.md (571c3a1's section).
+// In this ring, warps owning their slots streamed twice as fast; in the GEMMs they were slower,
+// since the ring lacks the GEMMs' L2 traffic of token rows and their eight consumer warps.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -6,6 +6,7 @@ the router's choice against the reference router wherever the choice is not a ne
 """
 import os
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -42,11 +43,15 @@ def _layer(variant):
     return _layers[variant], _weights[variant]
 
 
-def check(variant, T, skew=False, kernels=None, seed_offset=0):
+def check(variant, T, skew=False, kernels=None, seed_offset=0, bf16_logits=False):
     layer, w = _layer(variant)
     spec = layer.spec
     x = random_inputs(spec, T, "cuda", _SEED + 1000 * T + seed_offset + 7 * skew, skew=skew)
-    res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
+    logits = x.logits
+    if bf16_logits:  # the layer reads bf16 logits; the reference gets the same values in float32
+        logits = x.logits.to(torch.bfloat16)
+        x = replace(x, logits=logits.float())
+    res = layer(x.hidden, logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
     torch.cuda.synchronize()
     assert res.out.shape == (T, spec.hidden_size) and res.out.dtype == torch.bfloat16
     if T == 0:
@@ -76,6 +81,12 @@ def test_layer_matches_reference(variant, T):
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-120b", "qwen3-30b-a3b-ep1of4"])
 def test_skewed_routing(variant, T):
     check(variant, T, skew=True)
+
+
+@pytest.mark.parametrize("T", (3, 33, 1024))  # one-block routing | many blocks | scatter kernel
+@pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-20b", "qwen3-30b-a3b", "grouped-64e"])
+def test_bf16_router_logits(variant, T):
+    check(variant, T, bf16_logits=True)
 
 
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-20b-tp2"])

@@ -8,10 +8,13 @@ small batches by keeping one set's experts resident.
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 
 import torch
 
@@ -39,6 +42,86 @@ class BenchRow:
     time_over_floor: float
     achieved_tbs: float
     achieved_tflops: float
+    # nvidia-smi samples taken while the replays ran (None without samples): large T reaches the
+    # power cap and runs at lower SM clocks than a tool that idles between replays (docs/benchmarks.md).
+    sm_mhz_min: float | None = None
+    sm_mhz_median: float | None = None
+    power_capped_share: float | None = None  # samples whose clock-event reasons include the SW power cap
+
+
+# nvidia-smi's clock-event reason bit for the software power cap (nvmlClocksEventReasonSwPowerCap).
+SW_POWER_CAP = 0x4
+
+
+CLOCK_QUERY = "timestamp,clocks.sm,clocks_event_reasons.active"
+
+
+def parse_clock_sample(line: str) -> tuple[float, float, int] | None:
+    """One CLOCK_QUERY line (csv, noheader, nounits), e.g. "2026/11/29 22:44:36.123, 1980,
+    0x0000000000000004": (seconds since the epoch, SM MHz, clock-event reason bits).  nvidia-smi
+    writes its local time, which datetime reads as local time too."""
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != 3:
+        return None
+    try:
+        return (datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp(), float(parts[1]),
+                int(parts[2], 16))
+    except ValueError:
+        return None
+
+
+def clock_summary(samples: list[tuple[float, int]]) -> dict:
+    """The BenchRow clock fields of the samples taken during one T's replays."""
+    if not samples:
+        return dict(sm_mhz_min=None, sm_mhz_median=None, power_capped_share=None)
+    mhz = [m for m, _ in samples]
+    capped = sum(1 for _, reasons in samples if reasons & SW_POWER_CAP)
+    return dict(sm_mhz_min=min(mhz), sm_mhz_median=statistics.median(mhz), power_capped_share=capped / len(samples))
+
+
+class ClockSampler:
+    """Samples the GPU's SM clock and clock-event reasons with `nvidia-smi -lms` in the background.
+    After close(), window(t0, t1) gives the samples nvidia-smi stamped between two time.time()
+    instants (its output may arrive in blocks through the pipe, so samples are matched by its own
+    timestamps once it has exited).  Without nvidia-smi, or on any error, there are no samples: the
+    benchmark never fails because of it."""
+
+    def __init__(self, interval_ms: int = 20):
+        self.samples: list[tuple[float, float, int]] = []
+        self._proc = None
+        self._thread = None
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        try:
+            self._proc = subprocess.Popen(
+                ["nvidia-smi", "-i", gpu, f"--query-gpu={CLOCK_QUERY}",
+                 "--format=csv,noheader,nounits", "-lms", str(interval_ms)],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except (OSError, ValueError):
+            return
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._proc.stdout:
+                sample = parse_clock_sample(line)
+                if sample is not None:
+                    self.samples.append(sample)
+        except (OSError, ValueError):
+            pass
+
+    def window(self, t0: float, t1: float) -> list[tuple[float, int]]:
+        return [(mhz, reasons) for t, mhz, reasons in self.samples if t0 <= t <= t1]
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:  # SIGINT: nvidia-smi's loop exits and flushes what it buffered
+                self._proc.send_signal(signal.SIGINT)
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.SubprocessError):
+                self._proc.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 def _median_time_ms(fn, reps: int, warmup: int = 3) -> float:
@@ -112,29 +195,44 @@ def bench_layer(layer: MoeLayer, tokens: list[int], ceilings: Ceilings, reps: in
                 seed: int = 0, log=print) -> list[BenchRow]:
     spec = layer.spec
     w = random_weights(spec, "cuda", seed)
-    rows = []
-    for T in tokens:
-        k1, k2 = layer.choose_kernels(T)
-        sets = input_set_graphs(layer, w, T, (k1, k2), rotations, seed)
-        hit = []
-        for _, _, topk_ids in sets:
-            ids = topk_ids.long()
-            local = ids[(ids >= spec.expert_begin) & (ids < spec.expert_begin + spec.local_experts)]
-            hit.append(local.unique().numel())
-        times = sorted(replay_times_us([g for g, _, _ in sets], reps))
-        del sets
-        med = statistics.median(times)
-        wbytes = statistics.mean(hit) * expert_bytes(spec)
-        local_slots = T * spec.top_k * spec.local_experts / spec.num_experts
-        flops = 2 * local_slots * 3 * spec.hidden_size * spec.local_intermediate
-        floor = max(wbytes / (ceilings.read_tbs * 1e12), flops / (ceilings.bf16_tflops * 1e12)) * 1e6
-        row = BenchRow(T, f"{layer.kernels[k1].name},{layer.kernels[k2].name}", med, times[len(times) // 10],
-                       times[len(times) * 9 // 10], wbytes, flops, floor, med / floor if floor else 0.0,
-                       wbytes / (med * 1e-6) / 1e12, flops / (med * 1e-6) / 1e12)
-        log(f"T={T:6d}  {med:9.1f} us  floor {floor:8.1f} us  x{row.time_over_floor:5.2f}  "
-            f"{row.achieved_tbs:5.2f} TB/s  {row.achieved_tflops:6.1f} TFLOP/s  [{row.kernels}]")
-        rows.append(row)
-    return rows
+    rows, windows = [], []
+    clocks = ClockSampler()
+    try:
+        for T in tokens:
+            row, window = _bench_one(layer, w, T, ceilings, reps, rotations, seed, log)
+            rows.append(row)
+            windows.append(window)
+    finally:
+        clocks.close()
+    return [replace(r, **clock_summary(clocks.window(t0, t1))) for r, (t0, t1) in zip(rows, windows)]
+
+
+def _bench_one(layer: MoeLayer, w: Weights, T: int, ceilings: Ceilings, reps: int, rotations: int, seed: int,
+               log) -> tuple[BenchRow, tuple[float, float]]:
+    """One T's row, and the time.time() window of its timed replays (for the clock samples)."""
+    spec = layer.spec
+    k1, k2 = layer.choose_kernels(T)
+    sets = input_set_graphs(layer, w, T, (k1, k2), rotations, seed)
+    hit = []
+    for _, _, topk_ids in sets:
+        ids = topk_ids.long()
+        local = ids[(ids >= spec.expert_begin) & (ids < spec.expert_begin + spec.local_experts)]
+        hit.append(local.unique().numel())
+    t0 = time.time()
+    times = sorted(replay_times_us([g for g, _, _ in sets], reps))
+    window = (t0, time.time())
+    del sets
+    med = statistics.median(times)
+    wbytes = statistics.mean(hit) * expert_bytes(spec)
+    local_slots = T * spec.top_k * spec.local_experts / spec.num_experts
+    flops = 2 * local_slots * 3 * spec.hidden_size * spec.local_intermediate
+    floor = max(wbytes / (ceilings.read_tbs * 1e12), flops / (ceilings.bf16_tflops * 1e12)) * 1e6
+    row = BenchRow(T, f"{layer.kernels[k1].name},{layer.kernels[k2].name}", med, times[len(times) // 10],
+                   times[len(times) * 9 // 10], wbytes, flops, floor, med / floor if floor else 0.0,
+                   wbytes / (med * 1e-6) / 1e12, flops / (med * 1e-6) / 1e12)
+    log(f"T={T:6d}  {med:9.1f} us  floor {floor:8.1f} us  x{row.time_over_floor:5.2f}  "
+        f"{row.achieved_tbs:5.2f} TB/s  {row.achieved_tflops:6.1f} TFLOP/s  [{row.kernels}]")
+    return row, window
 
 
 def environment() -> dict:
@@ -155,13 +253,21 @@ def environment() -> dict:
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=commit)
 
 
+def _clock_cell(r: BenchRow) -> str:
+    if r.sm_mhz_min is None:
+        return "-"
+    return f"{r.sm_mhz_min:.0f}-{r.sm_mhz_median:.0f} ({100 * r.power_capped_share:.0f} % capped)"
+
+
 def markdown_table(rows: list[BenchRow]) -> str:
     # p10-p90: replays of one input set spread 8-20 % at large T (tools/bench_sets.py), so the spread is shown.
-    lines = ["| T | moegen µs (median) | p10-p90 µs | floor µs | time / floor | TB/s | TFLOP/s | kernels |",
-             "|---|---|---|---|---|---|---|---|"]
+    # SM MHz: min-median of nvidia-smi samples during the replays, and the share at the software power cap.
+    lines = ["| T | moegen µs (median) | p10-p90 µs | floor µs | time / floor | TB/s | TFLOP/s | SM MHz | kernels |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.tokens} | {r.median_us:.1f} | {r.p10_us:.1f}-{r.p90_us:.1f} | {r.floor_us:.1f} | "
-                     f"{r.time_over_floor:.2f} | {r.achieved_tbs:.2f} | {r.achieved_tflops:.1f} | {r.kernels} |")
+                     f"{r.time_over_floor:.2f} | {r.achieved_tbs:.2f} | {r.achieved_tflops:.1f} | {_clock_cell(r)} | "
+                     f"{r.kernels} |")
     return "\n".join(lines)
 
 

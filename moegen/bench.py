@@ -119,7 +119,11 @@ class ClockSampler:
                 self._proc.send_signal(signal.SIGINT)
                 self._proc.wait(timeout=5)
             except (OSError, subprocess.SubprocessError):
-                self._proc.kill()
+                try:
+                    self._proc.kill()
+                    self._proc.wait(timeout=5)
+                except (OSError, subprocess.SubprocessError):
+                    pass
         if self._thread is not None:
             self._thread.join(timeout=5)
 

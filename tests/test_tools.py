@@ -54,7 +54,6 @@ def test_experiment_patches_apply(tmp_path, patch):
     assert out.read_text() != header.read_text()
 
 
-
 @pytest.mark.parametrize("script", sorted((ROOT / "tools").glob("*.py")), ids=lambda p: p.name)
 def test_tool_scripts_compile(script):
     """The GPU-side tools run only on the device machine: at least their syntax is checked here."""

@@ -34,11 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = Path("templates/include/moegen/sm90_mxfp4_grouped_gemm.cuh")
 MODEL = "deepseek-v4-flash"
-# The tuner's picks on the H200 (docs/benchmarks.md, 7942c21).
+# The tuner's picks on the H200 (docs/benchmarks.md, 571c3a1).
 DEFAULT_PICKS = {
-    64: ("m64n16k128s4", "m64n16k64s8"),
-    256: ("m64n32k128s4", "m64n32k64s4"),
-    1024: ("m128n64k128s8", "m128n64k128s8"),
+    64: ("m64n16k128s4", "m64n8k128s6"),
+    256: ("m128n32k64s6", "m64n32k128s4"),
+    1024: ("m128n64k64s6", "m128n64k64s6"),
     4096: ("m256n128k64s6", "m256n128k64s6"),
 }
 

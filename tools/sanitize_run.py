@@ -1,22 +1,25 @@
-"""One small and one large layer call, for `compute-sanitizer --tool memcheck` (tools/gpu_check.sh)."""
+"""Layer calls of one build for `compute-sanitizer` (tools/gpu_check.sh): every kernel of both GEMMs at
+least once, one-block routing (T = 3, 32), many-block routing and the scatter kernel (T = 1024), and
+the experts-only entry point.
+
+    compute-sanitizer --tool memcheck python3 tools/sanitize_run.py generated/deepseek-v4-flash/sm90
+"""
 import sys
 
 import torch
 
-from moegen.cli import DEFAULT_OUT
 from moegen.runtime import load
-from moegen.spec import load_model
 from moegen.testing import random_inputs, random_weights
 
-model = sys.argv[1] if len(sys.argv) > 1 else "deepseek-v4-flash"
-spec = load_model(model)
-layer = load(DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
+layer = load(sys.argv[1])
+spec = layer.spec
 w = random_weights(spec, "cuda", 1)
 g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
 g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
-for T in (3, 32, 1024):  # one-block routing, its largest size, many-block routing + scatter
+for T in (3, 32, 1024):
     x = random_inputs(spec, T, "cuda", T)
-    for i in range(max(len(g1), len(g2))):  # every kernel of both GEMMs at least once
-        layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(g1[i % len(g1)], g2[i % len(g2)]))
+    for i in range(max(len(g1), len(g2))):
+        res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(g1[i % len(g1)], g2[i % len(g2)]))
+    layer.experts(x.hidden, res.topk_ids, res.topk_weights, w.prepared)
 torch.cuda.synchronize()
 print("sanitizer run done")

@@ -2,7 +2,7 @@
 serialized, unlike ncu): where a layer call's microseconds go, gaps included.
 
     python3 tools/timeline.py deepseek-v4-flash 1,64,1024 [build-dir]
-The build dir defaults to generated/<model>/sm90 (the tuned library).
+The build dir defaults to generated/<model>/sm90.
 """
 import collections
 import sys

@@ -1,7 +1,7 @@
 """moegen: an ahead-of-time compiler for MXFP4 Mixture-of-Experts layers (CUTLASS/CuTe kernels)."""
-from .spec import ModelSpec, GpuSpec, SpecError, load_model, load_gpu
+from .spec import ModelSpec, SpecError, load_model
 
-__all__ = ["ModelSpec", "GpuSpec", "SpecError", "load_model", "load_gpu", "load", "prepare"]
+__all__ = ["ModelSpec", "SpecError", "load_model", "load", "prepare"]
 
 
 def load(*args, **kwargs):

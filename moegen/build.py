@@ -1,36 +1,55 @@
 """Build: spec + configs -> one shared library with a C ABI, plus manifest.json.
 
 ``plan_build`` is a pure function of its inputs (spec, configs, toolchain, template and header
-contents) and returns the whole plan: sources, compile commands, fingerprints.  ``run_build``
-executes it: one nvcc process per translation unit, in parallel; objects are cached by content
-fingerprint (never timestamps); the library is written under a fingerprinted name and
-``manifest.json`` is replaced atomically last, so a reader sees either the old build or the new one.
+contents, the generator's own source) and returns the whole plan: sources, compile commands,
+fingerprints.  ``run_build`` executes it:
+
+* Objects live in a store shared by every variant and kernel set under one output root
+  (``<out>/.objects/<fingerprint>.o``), keyed by content: the source text, every header it reaches,
+  the flags and the toolchain.  Each has a ``.sha256`` beside it and is verified before use; a
+  damaged one is compiled again.  Only ``moegen clean`` prunes the store.
+* A build holds an exclusive lock on its directory (``<out>/<variant>/<arch>/.lock``) from start to
+  publish, so concurrent builds of one variant serialize; what killed builds left there (temporary
+  files) is removed under that lock.
+* The library's fingerprint covers the objects' fingerprints, the link command, the ABI version and
+  the generator's source; it is linked to a temporary name with no undefined symbols allowed,
+  checked to embed that fingerprint, renamed into place, and ``manifest.json`` is replaced
+  atomically last, so a reader sees either the old build or the new one.
 """
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
+import errno
+import fcntl
 import json
 import os
 import re
 import subprocess
-import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import render
-from .config_space import KernelConfig, check_configs
+from .arch import get_arch
+from .artifact import (ABI_VERSION, MANIFEST_NAME, MANIFEST_SCHEMA, ArtifactError, atomic_write, file_sha256,
+                       read_manifest, sha256_bytes)
+from .naming import GEMMS, KernelConfig
 from .spec import ModelSpec
 
-MANIFEST_SCHEMA = 1
-ABI_VERSION = 1  # templates/include/moegen/abi.h MOEGEN_ABI_VERSION
-ARCH_GENCODE = {"sm90": "-gencode=arch=compute_90a,code=sm_90a"}
 BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC",
               "-Xptxas=-v", "-lineinfo")
+LINK_FLAGS = ("-Xlinker=--no-undefined",)  # a missing kernel symbol fails the link, not the dlopen
+OBJECT_STORE = ".objects"  # under the output root
+LOCK_NAME = ".lock"
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The generator: every module whose code decides what a build produces.  Its source is hashed into
+# the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
+GENERATOR_SOURCES = ("spec.py", "problem.py", "naming.py", "layout.py", "arch", "render.py", "build.py",
+                     "artifact.py")
 
 
 class BuildError(RuntimeError):
@@ -47,19 +66,23 @@ class Toolchain:
 
 @dataclass(frozen=True)
 class CompileStep:
-    name: str  # kernel name, or "layer"
+    name: str  # kernel name, "layer" or "build_info"
     source: str  # file name under src/
-    obj: str  # file name under obj/ (fingerprinted)
-    command: tuple[str, ...]  # relative to the output directory
+    command: tuple[str, ...]  # run in the build directory; the output goes to obj (the store)
     fingerprint: str
+
+    @property
+    def obj(self) -> str:
+        return f"{self.fingerprint}.o"
 
 
 @dataclass(frozen=True)
 class BuildPlan:
     out_dir: Path
+    store: Path
     sources: dict[str, str]  # src/ file name -> text (generated sources, and include/ the headers they use)
     compiles: tuple[CompileStep, ...]
-    link_command: tuple[str, ...]
+    link_command: tuple[str, ...]  # objects as paths relative to out_dir
     library: str  # file name in out_dir
     manifest: dict
     fingerprint: str
@@ -74,22 +97,12 @@ class BuildResult:
     resources: dict = field(default_factory=dict)  # kernel -> ptxas registers / spills
 
 
-def _sha(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode() if isinstance(p, str) else p)
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def tree_digest(root: Path, suffixes=(".h", ".hpp", ".cuh", ".inl", ".j2")) -> str:
-    """Content hash of every header/template below root (paths and bytes, sorted)."""
-    h = hashlib.sha256()
-    for p in sorted(x for x in root.rglob("*") if x.is_file() and x.suffix in suffixes):
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        h.update(p.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()
+def tree_digest(root: Path, suffixes=(".h", ".hpp", ".cuh", ".inl", ".j2", ".py")) -> str:
+    """Content hash of every source file below root (paths and bytes, sorted)."""
+    parts = []
+    for p in sorted(x for x in root.rglob("*") if x.is_file() and x.suffix in suffixes and "__pycache__" not in x.parts):
+        parts += [str(p.relative_to(root)), p.read_bytes()]
+    return sha256_bytes(*parts)
 
 
 @lru_cache(maxsize=None)
@@ -97,14 +110,22 @@ def _cached_tree_digest(root: Path) -> str:
     return tree_digest(root)
 
 
+def generator_digest(package_dir: Path = PACKAGE_DIR) -> str:
+    parts = []
+    for name in GENERATOR_SOURCES:
+        path = package_dir / name
+        parts += [name, tree_digest(path) if path.is_dir() else path.read_bytes()]
+    return sha256_bytes(*parts)
+
+
 _QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 def included_files(text: str, include_dir: Path, sources: dict[str, str]) -> dict[str, bytes]:
-    """Every quoted include a source reaches, transitively: generated sources (``problem.h``) by
-    name, project headers under include_dir.  Each object's fingerprint covers exactly these, so
-    editing the routing header rebuilds the layer and no GEMM kernel.  (CUTLASS and system headers
-    are angle-bracket includes, covered by the toolchain digest.)"""
+    """Every quoted include a source reaches, transitively: generated sources by name, project
+    headers under include_dir.  Each object's fingerprint covers exactly these, so editing the
+    routing header rebuilds the layer and no GEMM kernel.  (CUTLASS and system headers are
+    angle-bracket includes, covered by the toolchain digest.)"""
     found: dict[str, bytes] = {}
     todo = list(_QUOTED_INCLUDE.findall(text))
     while todo:
@@ -130,8 +151,11 @@ def find_toolchain() -> Toolchain:
         raise BuildError(f"cuda-python is not installed ({e}); `pip install cuda-python`") from None
     nvcc = find_nvidia_binary_utility("nvcc")
     if not nvcc:
-        raise BuildError("nvcc not found by cuda.pathfinder: install the CUDA toolkit or the nvidia-cuda-nvcc wheel")
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+        raise BuildError("nvcc not found by cuda.pathfinder: install the CUDA toolkit or `pip install -e .[nvcc]`")
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"{nvcc} --version failed: {e}") from None
     m = re.search(r"release [\d.]+, (V[\d.]+)", out)
     if not m:
         raise BuildError(f"{nvcc} --version: unexpected output {out!r}")
@@ -152,93 +176,157 @@ def output_dir(spec: ModelSpec, arch: str, root: Path) -> Path:
     return root / spec.variant / arch
 
 
-def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_dir: Path, toolchain: Toolchain,
-               headers_digest: str | None = None, cutlass_digest: str | None = None,
-               include_dir: Path = render.INCLUDE_DIR) -> BuildPlan:
-    if arch not in ARCH_GENCODE:
-        raise BuildError(f"arch {arch!r}: moegen has kernels for {', '.join(ARCH_GENCODE)} only "
-                         "(SM100 kernels are not written yet)")
+def check_plan_inputs(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> None:
+    try:
+        policy = get_arch(arch)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
     if not configs:
         raise BuildError("no kernel configs to build")
     wrong = [c.name for c in configs if c.arch != arch]
     if wrong:
         raise BuildError(f"configs: {wrong[0]} is not an {arch} kernel")
     try:
-        check_configs(spec, configs)
+        policy.check_configs(spec, configs)
     except ValueError as e:
         raise BuildError(str(e)) from None
-    for gemm in ("gemm1", "gemm2"):
+    for gemm in GEMMS:
         if not any(c.gemm == gemm for c in configs):
             raise BuildError(f"configs: no {gemm} kernel; the layer needs at least one of each GEMM")
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise BuildError(f"configs: duplicate kernel names {sorted(n for n in names if names.count(n) > 1)}")
-    headers_digest = headers_digest or _cached_tree_digest(render.TEMPLATE_DIR)
+
+
+def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root: Path, toolchain: Toolchain,
+               cutlass_digest: str | None = None, include_dir: Path = render.INCLUDE_DIR,
+               generator: str | None = None, store: Path | None = None) -> BuildPlan:
+    """store: the object store (default out_root/.objects; the GPU tests share the main one)."""
+    check_plan_inputs(spec, arch, configs)
+    policy = get_arch(arch)
+    out_dir = output_dir(spec, arch, out_root)
+    store = Path(store) if store is not None else out_root / OBJECT_STORE
     cutlass_digest = cutlass_digest or _cached_tree_digest(toolchain.cutlass_include)
-    flags = (*BASE_FLAGS, ARCH_GENCODE[arch])
+    generator = generator or generator_digest()
+    flags = (*BASE_FLAGS, policy.gencode)
     # Project headers compile from the build's own snapshot (src/include), so the objects are built from
     # exactly the bytes their fingerprints cover, even if a header is edited while nvcc runs.
     includes = ("-I.", "-Isrc/include", f"-I{toolchain.cutlass_include}")
-    toolchain_key = _sha(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, *flags)
-    env_key = _sha(toolchain_key, headers_digest)  # the library: any template or header
-
-    spec_json = json.dumps(spec.to_dict(), sort_keys=True)
-    fingerprint = _sha(env_key, spec_json, arch, *names)  # order too: it is the library's kernel table
+    toolchain_key = sha256_bytes(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, *flags)
     kernels = [dict(name=c.name, gemm=c.gemm, block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                     stages=c.stages) for c in configs]
-    build_info = dict(abi_version=ABI_VERSION, fingerprint=fingerprint, variant=spec.variant, arch=arch,
-                      spec=spec.to_dict(), kernels=[k["name"] for k in kernels])
-    sources = {"problem.h": render.problem_header(spec)}
-    for c in configs:
-        sources[f"{c.name}.cu"] = render.gemm_source(spec, c)
-    sources["layer.cu"] = render.layer_source(spec, arch, configs, build_info)
 
-    compiles, headers = [], {}
-    for src, text in list(sources.items()):
-        if not src.endswith(".cu"):
-            continue
-        stem = src[:-3]
+    sources = {f"{c.name}.cu": render.gemm_source(spec, c) for c in configs}
+    sources["layer.cu"] = render.layer_source(spec, arch, configs)
+
+    def step(stem: str, text: str, headers: dict) -> CompileStep:
         deps = included_files(text, include_dir, sources)
         headers.update((name, data) for name, data in deps.items() if name not in sources)
-        fp = _sha(toolchain_key, text, *(f"{name}\0" for name in sorted(deps)), *(deps[n] for n in sorted(deps)))
-        obj = f"{stem}-{fp[:16]}.o"
-        cmd = (toolchain.nvcc, *flags, *includes, "-c", f"src/{src}", "-o", f"obj/{obj}")
-        compiles.append(CompileStep(stem, src, obj, cmd, fp))
+        fp = sha256_bytes(toolchain_key, text, *(f"{name}\0" for name in sorted(deps)), *(deps[n] for n in sorted(deps)))
+        return CompileStep(stem, f"{stem}.cu", (toolchain.nvcc, *flags, *includes, "-c", f"src/{stem}.cu"), fp)
+
+    headers: dict[str, bytes] = {}
+    compiles = [step(src[:-3], text, headers) for src, text in sources.items()]
+    # The library's identity: everything that produced it (headers enter through the object fingerprints).
+    rel_store = os.path.relpath(store, out_dir)  # not in the fingerprint: the objects' own fingerprints are
+    link_flags = ("-shared", policy.gencode, *LINK_FLAGS)
+    fingerprint = sha256_bytes("library", str(ABI_VERSION), generator, toolchain_key, *link_flags,
+                               *(f"{c.name}={c.fingerprint}" for c in compiles), arch,
+                               json.dumps(spec.to_dict(), sort_keys=True))
+    build_info = dict(abi_version=ABI_VERSION, fingerprint=fingerprint, variant=spec.variant, arch=arch,
+                      spec=spec.to_dict(), kernels=[c.name for c in configs])
+    sources["build_info.cu"] = render.build_info_source(build_info)
+    compiles.append(step("build_info", sources["build_info.cu"], headers))
     sources.update((f"include/{name}", data.decode()) for name, data in sorted(headers.items()))
     library = f"libmoegen-{fingerprint[:16]}.so"
-    link = (toolchain.nvcc, "-shared", ARCH_GENCODE[arch], "-o", library, *(f"obj/{c.obj}" for c in compiles))
+    link = (toolchain.nvcc, *link_flags, "-o", library, *(f"{rel_store}/{c.obj}" for c in compiles))
     manifest = dict(schema=MANIFEST_SCHEMA, abi_version=ABI_VERSION, fingerprint=fingerprint, variant=spec.variant,
                     model=spec.name, arch=arch, spec=spec.to_dict(), kernels=kernels, library=library,
-                    toolchain=dict(nvcc=toolchain.nvcc_version, cutlass=toolchain.cutlass_version,
-                                   flags=list(flags)))
-    return BuildPlan(out_dir=out_dir, sources=sources, compiles=tuple(compiles), link_command=link,
+                    weight_layout=policy.weight_layout, activation_format=policy.activation_format,
+                    compute_capability=list(policy.compute_capability), generator=generator,
+                    objects={c.name: c.fingerprint for c in compiles},
+                    toolchain=dict(nvcc=toolchain.nvcc_version, cutlass=toolchain.cutlass_version, flags=list(flags)))
+    return BuildPlan(out_dir=out_dir, store=store, sources=sources, compiles=tuple(compiles), link_command=link,
                      library=library, manifest=manifest, fingerprint=fingerprint)
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+# --- execution --------------------------------------------------------------------------------
+
+def _prepare_dir(path: Path, what: str) -> None:
+    """mkdir -p with a one-line BuildError naming the path for every way it can fail."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are ordinary readable files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise BuildError(f"{path}: exists and is not a directory (expected the {what} directory)") from None
+    except NotADirectoryError:
+        raise BuildError(f"{path}: a parent is a file, not a directory (expected the {what} directory)") from None
+    except OSError as e:
+        raise BuildError(f"{path}: cannot create the {what} directory: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BuildError(f"{path}: not writable (the {what} directory)")
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def read_manifest(out_dir: Path) -> dict | None:
+@contextmanager
+def directory_lock(path: Path, log: Callable[[str], None] = print) -> Iterator[None]:
+    """An exclusive flock on path/.lock, held until the block ends (the kernel drops it if the
+    process dies, so a killed build never blocks the next)."""
+    lock_path = path / LOCK_NAME
     try:
-        return json.loads((out_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise BuildError(f"{lock_path}: cannot lock: {e.strerror or e}") from None
+            log(f"waiting for another build of {path} to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_TMP_PID = re.compile(r"\.(\d+)\.(?:\d+\.)?tmp$")
+
+
+def remove_leftovers(directory: Path, only_dead: bool) -> list[str]:
+    """Delete the temporary files (``.*.tmp``) killed runs left in directory.  With only_dead, only
+    those whose writer process (the pid in the name) no longer runs: the store is shared unlocked."""
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for p in directory.glob(".*.tmp"):
+        m = _TMP_PID.search(p.name)
+        if only_dead and m and _pid_alive(int(m.group(1))):
+            continue
+        p.unlink(missing_ok=True)
+        removed.append(p.name)
+    return removed
+
+
+def object_ok(store: Path, step: CompileStep) -> bool:
+    """The cached object exists and its bytes are the ones recorded when it was compiled."""
+    obj, digest = store / step.obj, store / f"{step.obj}.sha256"
+    try:
+        return obj.is_file() and digest.read_text().strip() == file_sha256(obj)
+    except OSError:
+        return False
+
+
+def _tmp_name(final: str) -> str:
+    return f".{final}.{os.getpid()}.{threading.get_ident()}.tmp"
 
 
 _PTXAS = re.compile(r"Used (\d+) registers")
@@ -256,113 +344,169 @@ def ptxas_resources(log: str) -> dict:
                 wgmma_serialized=len(_WGMMA_SERIALIZED.findall(log)))
 
 
+def _up_to_date(plan: BuildPlan) -> dict | None:
+    """The current manifest's data if it is this plan's build and its library is intact."""
+    try:
+        m = read_manifest(plan.out_dir)
+    except ArtifactError:
+        return None
+    lib = plan.out_dir / plan.library
+    if m.fingerprint != plan.fingerprint or m.library != plan.library or not lib.is_file():
+        return None
+    if file_sha256(lib) != m.library_sha256:
+        return None
+    return m.data
+
+
 def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], None] = print) -> BuildResult:
-    out = plan.out_dir
+    out, store = plan.out_dir, plan.store
+    _prepare_dir(out.parent.parent, "output")
+    _prepare_dir(out, "build")
+    _prepare_dir(store, "object store")
+    with directory_lock(out, log):
+        return _run_locked(plan, jobs, log)
+
+
+def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -> BuildResult:
+    out, store = plan.out_dir, plan.store
     result = BuildResult(plan)
-    old = read_manifest(out)
-    if (old and old.get("fingerprint") == plan.fingerprint and (out / plan.library).exists()
-            and old.get("library_sha256") == file_sha256(out / plan.library)):
+    remove_leftovers(out, only_dead=False)  # we hold the lock: nobody else writes here
+    remove_leftovers(store, only_dead=True)
+    current = _up_to_date(plan)
+    if current is not None:
         result.up_to_date = True
         result.reused = [c.name for c in plan.compiles]
-        result.resources = old.get("resources", {})
+        result.resources = current.get("resources", {})
         log(f"{plan.manifest['variant']}/{plan.manifest['arch']}: up to date ({out})")
         return result
-    for sub in ("src", "obj", "logs"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
+    for sub in ("src", "logs"):
+        (out / sub).mkdir(exist_ok=True)
     for name, text in plan.sources.items():
         p = out / "src" / name
-        if not p.exists() or p.read_text() != text:
+        if not p.is_file() or p.read_text() != text:
             atomic_write(p, text)
 
-    todo = [c for c in plan.compiles if not (out / "obj" / c.obj).exists()]
+    todo = [c for c in plan.compiles if not object_ok(store, c)]
     result.reused = [c.name for c in plan.compiles if c not in todo]
     for c in plan.compiles:
         if c not in todo:
-            cached_log = out / "logs" / f"{c.name}.log"
-            if cached_log.exists():
-                result.resources[c.name] = ptxas_resources(cached_log.read_text())
-    jobs = jobs or os.cpu_count() or 1
-    if todo:
-        log(f"compiling {len(todo)} translation unit(s) with {min(jobs, len(todo))} parallel nvcc job(s)"
-            f" ({len(result.reused)} cached)")
-    start = time.monotonic()
+            cached_log = store / f"{c.obj}.log"
+            if cached_log.is_file():
+                result.resources[c.name] = ptxas_resources(cached_log.read_text(errors="replace"))
+    try:
+        jobs = jobs or os.cpu_count() or 1
+        if todo:
+            log(f"compiling {len(todo)} translation unit(s) with {min(jobs, len(todo))} parallel nvcc job(s)"
+                f" ({len(result.reused)} cached)")
+        start = time.monotonic()
+        failures = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_compile_one, plan, c) for c in todo]
+            for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+                step, ok, text, secs = fut.result()
+                if ok:
+                    result.compiled.append(step.name)
+                    res = ptxas_resources(text)
+                    result.resources[step.name] = res
+                    note = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
+                    note += ", WGMMA SERIALIZED (ptxas C751x)" if res["wgmma_serialized"] else ""
+                    log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{note}")
+                else:
+                    failures.append((step, text))
+                    log(f"[{i}/{len(todo)}] {step.name}: FAILED after {secs:.0f} s")
+        if failures:
+            step, text = failures[0]
+            tail = "\n".join(text.strip().splitlines()[-40:])
+            raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all); "
+                             f"full log: {out / 'logs' / (step.name + '.log')}\n{tail}")
+        _link(plan)
+        manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources)
+        atomic_write(out / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        # Older libraries are unreachable once the manifest names the new one.
+        for p in out.glob("libmoegen-*.so"):
+            if p.name != plan.library:
+                p.unlink(missing_ok=True)
+        if todo:
+            log(f"built {out / plan.library} in {time.monotonic() - start:.0f} s")
+        return result
+    except OSError as e:
+        raise BuildError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
 
-    def compile_one(step: CompileStep):
-        tmp_obj = f"obj/.{step.obj}.{os.getpid()}.{threading.get_ident()}.tmp"  # concurrent builds never share
-        cmd = list(step.command)
-        cmd[cmd.index(f"obj/{step.obj}")] = tmp_obj
-        t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True, check=False)
+
+def _compile_one(plan: BuildPlan, step: CompileStep):
+    out, store = plan.out_dir, plan.store
+    tmp = store / _tmp_name(step.obj)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([*step.command, "-o", str(tmp)], cwd=out, capture_output=True, text=True,
+                              check=False)
         text = proc.stdout + proc.stderr
-        atomic_write(out / "logs" / f"{step.name}.log", " ".join(step.command) + "\n" + text)
-        if proc.returncode != 0:
-            (out / tmp_obj).unlink(missing_ok=True)
-            return step, False, text, time.monotonic() - t0
-        os.replace(out / tmp_obj, out / "obj" / step.obj)
-        return step, True, text, time.monotonic() - t0
+        ok = proc.returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0
+    except OSError as e:
+        text, ok = f"{step.command[0]}: {e}", False
+    atomic_write(out / "logs" / f"{step.name}.log", " ".join(step.command) + "\n" + text)
+    if not ok:
+        tmp.unlink(missing_ok=True)
+        return step, False, text, time.monotonic() - t0
+    digest = file_sha256(tmp)
+    atomic_write(store / f"{step.obj}.log", text)
+    os.replace(tmp, store / step.obj)
+    atomic_write(store / f"{step.obj}.sha256", digest + "\n")
+    return step, True, text, time.monotonic() - t0
 
-    failures = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(compile_one, c) for c in todo]
-        for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
-            step, ok, text, secs = fut.result()
-            if ok:
-                result.compiled.append(step.name)
-                res = ptxas_resources(text)
-                result.resources[step.name] = res
-                spill = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
-                spill += ", WGMMA SERIALIZED (ptxas C751x)" if res["wgmma_serialized"] else ""
-                log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{spill}")
-            else:
-                failures.append((step, text))
-                log(f"[{i}/{len(todo)}] {step.name}: FAILED after {secs:.0f} s")
-    if failures:
-        step, text = failures[0]
-        tail = "\n".join(text.strip().splitlines()[-40:])
-        raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all); "
-                         f"full log: {out / 'logs' / (step.name + '.log')}\n{tail}")
 
-    tmp_lib = f".{plan.library}.{os.getpid()}.tmp"
+def _link(plan: BuildPlan) -> None:
+    out = plan.out_dir
+    tmp_lib = _tmp_name(plan.library)
     link = list(plan.link_command)
     link[link.index(plan.library)] = tmp_lib
-    proc = subprocess.run(link, cwd=out, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
+    try:
+        proc = subprocess.run(link, cwd=out, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise BuildError(f"link of {plan.library} failed:\n{proc.stdout}{proc.stderr}")
+        if plan.fingerprint.encode() not in (out / tmp_lib).read_bytes():
+            raise BuildError(f"link of {plan.library}: the library does not embed its fingerprint "
+                             f"{plan.fingerprint[:16]} (a cached object is not what its name says; "
+                             f"`moegen clean` and rebuild)")
+        os.replace(out / tmp_lib, out / plan.library)
+    finally:
         (out / tmp_lib).unlink(missing_ok=True)
-        raise BuildError(f"link of {plan.library} failed:\n{proc.stdout}{proc.stderr}")
-    os.replace(out / tmp_lib, out / plan.library)
-    manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources,
-                    built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    atomic_write(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    # Older libraries are unreachable once the manifest names the new one.
-    for p in out.glob("libmoegen-*.so"):
-        if p.name != plan.library:
-            p.unlink(missing_ok=True)
-    if todo:
-        log(f"built {out / plan.library} in {time.monotonic() - start:.0f} s")
-    return result
-
-
-def clean_objects(out_dir: Path, plan: BuildPlan) -> None:
-    """Drop cached objects no longer named by the plan."""
-    keep = {c.obj for c in plan.compiles}
-    for p in (out_dir / "obj").glob("*.o"):
-        if p.name not in keep:
-            p.unlink()
 
 
 def build(spec: ModelSpec, arch: str, configs: list[KernelConfig], root: Path, jobs: int | None = None,
-          log: Callable[[str], None] = print) -> BuildResult:
-    if arch not in ARCH_GENCODE:
-        raise BuildError(f"arch {arch!r}: moegen has kernels for {', '.join(ARCH_GENCODE)} only "
-                         "(SM100 kernels are not written yet)")
-    toolchain = find_toolchain()
-    out = output_dir(spec, arch, root)
-    plan = plan_build(spec, arch, configs, out, toolchain)
-    result = run_build(plan, jobs=jobs, log=log)
-    if not result.up_to_date:
-        clean_objects(out, plan)
-    return result
+          log: Callable[[str], None] = print, toolchain: Toolchain | None = None,
+          store: Path | None = None) -> BuildResult:
+    check_plan_inputs(spec, arch, configs)  # a bad request fails before the toolchain is looked for
+    if jobs is not None and jobs < 1:
+        raise BuildError(f"--jobs = {jobs}: expected a positive number of parallel nvcc processes")
+    toolchain = toolchain or find_toolchain()
+    plan = plan_build(spec, arch, configs, Path(root), toolchain, store=store)
+    return run_build(plan, jobs=jobs, log=log)
 
 
-__all__ = ["BuildError", "BuildPlan", "BuildResult", "CompileStep", "Toolchain", "atomic_write", "build",
-           "find_toolchain", "included_files", "output_dir", "plan_build", "run_build", "tree_digest"]
+def clean(root: Path, log: Callable[[str], None] = print) -> int:
+    """Prune the object store under root: objects no manifest anywhere below root names, and
+    leftovers of killed runs.  Returns the number of files removed."""
+    root = Path(root)
+    store = root / OBJECT_STORE
+    if not store.is_dir():
+        return 0
+    keep = set()
+    for manifest in root.rglob(MANIFEST_NAME):
+        try:
+            keep.update(f"{fp}.o" for fp in read_manifest(manifest.parent).data.get("objects", {}).values())
+        except ArtifactError:
+            continue
+    removed = remove_leftovers(store, only_dead=True)
+    for p in store.iterdir():
+        base = p.name.split(".o")[0] + ".o" if ".o" in p.name else p.name
+        if p.is_file() and not p.name.startswith(".") and base not in keep:
+            p.unlink(missing_ok=True)
+            removed.append(p.name)
+    log(f"{store}: removed {len(removed)} file(s), kept {len(keep)} object(s)")
+    return len(removed)
+
+
+__all__ = ["BuildError", "BuildPlan", "BuildResult", "CompileStep", "Toolchain", "build", "clean",
+           "find_toolchain", "generator_digest", "included_files", "output_dir", "plan_build", "run_build",
+           "tree_digest"]

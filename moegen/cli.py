@@ -1,6 +1,12 @@
-"""moegen command line: build (and list) MoE layer libraries."""
+"""moegen command line: build, list, tune, bench, check, sass, clean.
+
+Every failure a user can cause is one line on stderr ("Error: <file or option>: <what>, expected
+<what>") and a non-zero exit, never a traceback.
+"""
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +15,60 @@ import click
 from .spec import SpecError, known_models, load_model
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "generated"
+ARCH_CHOICES = ["sm90"]
+
+
+def _one_line_errors(fn):
+    """Turn the package's error types (and OS errors) into click's one-line 'Error: ...' exit."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from .artifact import ArtifactError
+        from .build import BuildError
+        from .dispatch import DispatchError
+        errors = (SpecError, BuildError, ArtifactError, DispatchError, ValueError, OSError, RuntimeError)
+        try:
+            return fn(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except errors as e:
+            if os.environ.get("MOEGEN_TRACEBACK"):  # for debugging moegen itself
+                raise
+            text = " ".join(str(e).split()) if not isinstance(e, BuildError) else str(e)
+            raise click.ClickException(text or type(e).__name__) from None
+    return wrapper
+
+
+def _int_list(option: str, text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected comma-separated integers", param_hint=option) from None
+    if not values or any(v < 0 for v in values):
+        raise click.BadParameter(f"{text!r}: expected comma-separated integers >= 0", param_hint=option)
+    return values
+
+
+def _spec(model: str, tp_size=None, ep_size=None, ep_rank=None):
+    spec = load_model(model)
+    if tp_size is not None or ep_size is not None or ep_rank is not None:
+        spec = spec.with_parallel(tp_size, ep_size, ep_rank)
+    return spec
+
+
+_model_option = click.option("--model", required=True, help="model name under configs/models, or a path to a YAML spec")
+_out_option = click.option("--out", "out_root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+                           help="output root: builds go to OUT/<variant>/<arch>, objects to OUT/.objects")
+_split_options = [click.option("--tp", "tp_size", type=click.IntRange(min=1), default=None,
+                               help="tensor-parallel degree (splits the intermediate size)"),
+                  click.option("--ep-size", type=click.IntRange(min=1), default=None, help="expert-parallel degree"),
+                  click.option("--ep-rank", type=click.IntRange(min=0), default=None,
+                               help="this rank's expert-parallel index")]
+
+
+def _with_split(fn):
+    for opt in reversed(_split_options):
+        fn = opt(fn)
+    return fn
 
 
 @click.group()
@@ -17,105 +77,181 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--model", required=True, help="model name under configs/models, or a path to a YAML spec")
-@click.option("--arch", required=True, type=click.Choice(["sm90", "sm100"]), help="target GPU architecture")
-@click.option("--tp", "tp_size", type=int, default=None, help="tensor-parallel degree (splits the intermediate size)")
-@click.option("--ep-size", type=int, default=None, help="expert-parallel degree")
-@click.option("--ep-rank", type=int, default=None, help="this rank's expert-parallel index")
+@_model_option
+@click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="target GPU architecture")
+@_with_split
 @click.option("--kernels", default="default", show_default=True,
-              help="'default' (one decode and one prefill kernel per GEMM), 'all' (the whole tuning space), "
-                   "or comma-separated kernel names")
-@click.option("--jobs", "-j", type=int, default=None, help="parallel nvcc processes (default: CPU count)")
-@click.option("--out", "out_root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+              help="'default' (the kernels the shipped dispatch tables pick), 'all' (the whole tuning space), "
+                   "'shortlist' (the tiles worth timing first), or comma-separated kernel names")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes (default: CPU count)")
+@_out_option
+@_one_line_errors
 def build(model, arch, tp_size, ep_size, ep_rank, kernels, jobs, out_root) -> None:
     """Render, compile and link the layer for MODEL into OUT/<variant>/<arch>/."""
-    from .build import BuildError, build as run
-    from .config_space import candidate_configs, default_configs
-    from .naming import parse_kernel_name
-    try:
-        spec = load_model(model)
-        if tp_size is not None or ep_size is not None or ep_rank is not None:
-            spec = spec.with_parallel(tp_size, ep_size, ep_rank)
-        if kernels == "default":
-            configs = default_configs(spec, arch)
-        elif kernels == "all":
-            configs = candidate_configs(spec, arch)
-        else:
-            configs = [parse_kernel_name(n.strip()) for n in kernels.split(",") if n.strip()]
-            bad = [c.name for c in configs if c.arch != arch]
-            if bad:
-                raise click.BadParameter(f"{bad[0]}: not an {arch} kernel", param_hint="--kernels")
-        result = run(spec, arch, configs, out_root, jobs=jobs, log=lambda m: click.echo(m, err=True))
-    except (SpecError, BuildError, NotImplementedError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+    from .build import build as run
+    from .kernel_sets import resolve_kernels
+    spec = _spec(model, tp_size, ep_size, ep_rank)
+    configs = resolve_kernels(spec, arch, kernels)
+    result = run(spec, arch, configs, out_root, jobs=jobs, log=lambda m: click.echo(m, err=True))
     click.echo(str(result.plan.out_dir))
-
-
-@main.command()
-@click.option("--model", required=True, help="model name under configs/models, or a path to a YAML spec")
-@click.option("--arch", default="sm90", show_default=True, type=click.Choice(["sm90"]))
-@click.option("--tokens", default="1,4,16,64,256,1024,4096,16384", show_default=True,
-              help="comma-separated token counts")
-@click.option("--reps", type=int, default=30, show_default=True, help="replays per input set")
-@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write results as JSON")
-@click.option("--out", "out_root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
-def bench(model, arch, tokens, reps, json_out, out_root) -> None:
-    """Time the built layer (CUDA-graph replay, median) against the measured floor."""
-    import json
-
-    from .bench import bench_layer, markdown_table, measure_ceilings, to_json
-    from .runtime import LoadError, load
-    try:
-        spec = load_model(model)
-        layer = load(out_root / spec.variant / arch, spec=spec)
-    except (SpecError, LoadError) as e:
-        raise click.ClickException(str(e)) from None
-    ceilings = measure_ceilings()
-    click.echo(f"measured ceilings: {ceilings.read_tbs:.2f} TB/s read, {ceilings.bf16_tflops:.0f} bf16 TFLOP/s")
-    rows = bench_layer(layer, [int(t) for t in tokens.split(",")], ceilings, reps=reps)
-    click.echo(markdown_table(rows))
-    if json_out:
-        from .build import atomic_write
-        atomic_write(json_out, json.dumps(to_json(rows, ceilings, spec), indent=2) + "\n")
-
-
-@main.command()
-@click.option("--model", required=True, help="model name under configs/models, or a path to a YAML spec")
-@click.option("--arch", default="sm90", show_default=True, type=click.Choice(["sm90"]))
-@click.option("--buckets", default=",".join(str(b) for b in (1 << i for i in range(15))), show_default=True,
-              help="comma-separated token-count buckets")
-@click.option("--no-build", is_flag=True, help="tune the library already built (default: build the whole space first)")
-@click.option("--jobs", "-j", type=int, default=None, help="parallel nvcc processes for the build")
-@click.option("--out", "out_root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
-def tune(model, arch, buckets, no_build, jobs, out_root) -> None:
-    """Time every kernel of the library per token-count bucket on this GPU; write its dispatch table."""
-    from .bench import LayerProfiler
-    from .build import BuildError, build as run_build
-    from .config_space import candidate_configs
-    from .runtime import LoadError, load
-    from .tune import TuneError, make_table, save_table, search
-    try:
-        spec = load_model(model)
-        if not no_build:
-            run_build(spec, arch, candidate_configs(spec, arch), out_root, jobs=jobs,
-                      log=lambda m: click.echo(m, err=True))
-        layer = load(out_root / spec.variant / arch, spec=spec)
-        click.echo(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}", err=True)
-        choices, measurements = search(layer.kernels, spec, LayerProfiler(layer),
-                                       [int(b) for b in buckets.split(",")], log=lambda m: click.echo(m, err=True))
-        table = make_table(spec, arch, layer.manifest["fingerprint"], layer.gpu, layer.kernels, choices, measurements)
-        click.echo(str(save_table(layer.out_dir, table)))
-    except (SpecError, BuildError, LoadError, TuneError) as e:
-        raise click.ClickException(str(e)) from None
 
 
 @main.command("list")
 def list_models() -> None:
-    """List the model specs under configs/models."""
+    """List the model specs under configs/models (a broken file is reported, the others still listed)."""
+    broken = []
     for name in known_models():
-        s = load_model(name)
+        try:
+            s = load_model(name)
+        except SpecError as e:
+            broken.append(" ".join(str(e).split()))
+            continue
         click.echo(f"{name}: {s.num_experts} experts, top-{s.top_k}, hidden {s.hidden_size}, "
                    f"intermediate {s.intermediate_size}, router {s.router.kind}, activation {s.activation.kind}")
+    for line in broken:
+        click.echo(f"Error: {line}", err=True)
+    if broken:
+        sys.exit(1)
+
+
+@main.command()
+@_model_option
+@click.option("--arch", default="sm90", show_default=True, type=click.Choice(ARCH_CHOICES))
+@_with_split
+@click.option("--buckets", default=",".join(str(b) for b in (1 << i for i in range(15))), show_default=True,
+              help="comma-separated token-count buckets")
+@click.option("--kernels", default="all", show_default=True,
+              help="the candidates: 'all', 'shortlist' (a quicker tune), 'default' or kernel names")
+@click.option("--no-build", is_flag=True, help="tune the library already built (default: build the candidates first)")
+@click.option("--tolerance", type=click.FloatRange(min=0, max=0.5), default=0.01, show_default=True,
+              help="compaction: per GEMM, keep the fewest kernels within this of each bucket's best")
+@click.option("--table-root", type=click.Path(path_type=Path), default=None,
+              help="write the table under this root (configs/dispatch to contribute it) instead of OUT/dispatch")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes for the build")
+@_out_option
+@_one_line_errors
+def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tolerance, table_root, jobs,
+         out_root) -> None:
+    """Time the kernels per token-count bucket on this GPU; write its dispatch table."""
+    import torch
+
+    from .kernel_sets import resolve_kernels
+    from .tune import tune_model
+    bucket_list = _int_list("--buckets", buckets)
+    if 0 in bucket_list:
+        raise click.BadParameter("buckets are token counts >= 1", param_hint="--buckets")
+    spec = _spec(model, tp_size, ep_size, ep_rank)
+    configs = resolve_kernels(spec, arch, kernels)
+    if not torch.cuda.is_available():
+        raise click.ClickException("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it "
+                                   "tunes for (build with `moegen build --kernels all` anywhere)")
+    path = tune_model(spec, arch, out_root, bucket_list, configs, build_first=not no_build, jobs=jobs,
+                      tolerance=tolerance, table_root=table_root, log=lambda m: click.echo(m, err=True))
+    click.echo(str(path))
+
+
+@main.command()
+@_model_option
+@click.option("--arch", default="sm90", show_default=True, type=click.Choice(ARCH_CHOICES))
+@_with_split
+@click.option("--tokens", default="1,4,16,64,256,1024,4096,16384", show_default=True,
+              help="comma-separated token counts")
+@click.option("--reps", type=click.IntRange(min=1), default=30, show_default=True, help="replay rounds per T (at least)")
+@click.option("--warm-seconds", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="back-to-back replays of the largest T before timing: the GPU's serving clock and power")
+@click.option("--compare", "compare", multiple=True, metavar="LABEL=DIR",
+              help="also bench the build in DIR (same spec), interleaved per T; repeatable")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write results as JSON")
+@_out_option
+@_one_line_errors
+def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, warm_seconds, compare, json_out, out_root) -> None:
+    """Time the built layer (CUDA-graph replay at steady state, median) against the measured floor."""
+    import json
+
+    from .artifact import atomic_write
+    from .bench import bench_layers, markdown_table, measure_ceilings, to_json
+    from .build import output_dir
+    from .runtime import load
+    token_list = _int_list("--tokens", tokens)
+    spec = _spec(model, tp_size, ep_size, ep_rank)
+    layers = {"default": load(output_dir(spec, arch, out_root), spec=spec)}
+    for item in compare:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            raise click.BadParameter(f"{item!r}: expected LABEL=DIR", param_hint="--compare")
+        layers[label] = load(Path(path), spec=spec)
+    ceilings = measure_ceilings()
+    click.echo(f"measured ceilings: {ceilings.read_tbs:.2f} TB/s read, {ceilings.bf16_tflops:.0f} bf16 TFLOP/s")
+    rows = bench_layers(layers, token_list, ceilings, reps=reps, warm_seconds=warm_seconds,
+                        log=lambda m: click.echo(m, err=True))
+    click.echo(markdown_table(rows))
+    if json_out:
+        atomic_write(json_out, json.dumps(to_json(rows, ceilings, spec, " ".join(sys.argv)), indent=2) + "\n")
+
+
+@main.command()
+@_model_option
+@click.option("--arch", default="sm90", show_default=True, type=click.Choice(ARCH_CHOICES))
+@_with_split
+@click.option("--tokens", default="0,1,7,33,300,2048", show_default=True, help="comma-separated token counts")
+@click.option("--seed", type=int, default=None, help="random seed (default: drawn and printed)")
+@_out_option
+@_one_line_errors
+def check(model, arch, tp_size, ep_size, ep_rank, tokens, seed, out_root) -> None:
+    """Run every kernel of the built library against the float64 reference on this GPU."""
+    from .build import output_dir
+    from .check import check_library
+    from .runtime import load
+    token_list = _int_list("--tokens", tokens)
+    spec = _spec(model, tp_size, ep_size, ep_rank)
+    layer = load(output_dir(spec, arch, out_root), spec=spec)
+    if not check_library(layer, token_list, seed=seed, log=click.echo):
+        sys.exit(1)
+
+
+@main.command()
+@_model_option
+@click.option("--arch", default="sm90", show_default=True, type=click.Choice(ARCH_CHOICES))
+@_with_split
+@_out_option
+@_one_line_errors
+def sass(model, arch, tp_size, ep_size, ep_rank, out_root) -> None:
+    """Audit the built library's machine code: every GEMM kernel uses the arch's tensor-core MMA, no
+    kernel touches local memory (spills), and which kernels ptxas serialized."""
+    from .build import output_dir
+    from .sass import audit_build
+    spec = _spec(model, tp_size, ep_size, ep_rank)
+    ok, report = audit_build(output_dir(spec, arch, out_root))
+    click.echo(report)
+    if not ok:
+        sys.exit(1)
+
+
+@main.command("spec")
+@click.option("--from-config", "config", required=True, type=click.Path(path_type=Path),
+              help="a model's published config.json (deepseek_v4, deepseek_v3, gpt_oss, qwen3_moe)")
+@click.option("--name", default=None, help="the spec's name (default: from the model directory's name)")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="write the YAML here, not to stdout")
+@_one_line_errors
+def spec_command(config, name, output) -> None:
+    """Write the YAML spec of the MoE layer a config.json describes."""
+    from .artifact import atomic_write
+    from .hf_config import spec_from_config, spec_yaml
+    text = spec_yaml(spec_from_config(config, name), config)
+    if output:
+        atomic_write(output, text)
+        click.echo(str(output), err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
+@_out_option
+@_one_line_errors
+def clean(out_root) -> None:
+    """Prune the object store under OUT: objects no build's manifest names, and killed builds' leftovers."""
+    from .build import clean as run
+    run(out_root, log=click.echo)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,35 @@
-"""Canonical kernel names: unique per config, parseable back into the config they name.
+"""Kernel configs and their canonical names: unique per config, parseable back into the config.
 
-    moegen_sm90_gemm1_m64n16k128s6  ->  KernelConfig(arch="sm90", gemm="gemm1", block_m=64, block_n=16,
-                                                     block_k=128, stages=6)
+    moegen_sm90_gemm1_m64n16k128s6  <->  KernelConfig(arch="sm90", gemm="gemm1", block_m=64, block_n=16,
+                                                      block_k=128, stages=6)
+
+A KernelConfig is the chosen implementation; the problem (moegen.problem) is what it solves.  They
+stay separate: one config serves any model whose shapes it fits.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from .config_space import KernelConfig
+GEMMS = ("gemm1", "gemm2")  # gemm1: W1|W3 + SwiGLU; gemm2: W2 + routing weight
 
-_NAME = re.compile(r"moegen_(?P<arch>sm[1-9]\d*)_(?P<gemm>gemm[12])_m(?P<m>[1-9]\d*)n(?P<n>[1-9]\d*)"
-                   r"k(?P<k>[1-9]\d*)s(?P<s>[1-9]\d*)")
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    arch: str
+    gemm: str
+    block_m: int  # weight rows per CTA
+    block_n: int  # token rows per CTA
+    block_k: int
+    stages: int  # depth of the shared-memory ring
+
+    @property
+    def name(self) -> str:
+        return kernel_name(self)
+
+
+_NAME = re.compile(r"moegen_(?P<arch>sm[1-9]\d*)_(?P<gemm>gemm[12])_m(?P<m>[1-9]\d{0,3})n(?P<n>[1-9]\d{0,3})"
+                   r"k(?P<k>[1-9]\d{0,3})s(?P<s>[1-9]\d{0,1})")
 
 
 def kernel_name(cfg: KernelConfig) -> str:
@@ -18,7 +37,7 @@ def kernel_name(cfg: KernelConfig) -> str:
 
 
 def parse_kernel_name(name: str) -> KernelConfig:
-    m = _NAME.fullmatch(name)
+    m = _NAME.fullmatch(name) if isinstance(name, str) else None
     if not m:
         raise ValueError(f"kernel name {name!r}: expected the form moegen_<arch>_<gemm1|gemm2>_m<M>n<N>k<K>s<stages>")
     return KernelConfig(arch=m["arch"], gemm=m["gemm"], block_m=int(m["m"]), block_n=int(m["n"]),

@@ -1,4 +1,6 @@
-"""Weight prepare: raw MXFP4 checkpoint tensors -> the layout the SM90 kernels stream.
+"""Weight prepare: raw MXFP4 checkpoint tensors -> the layout an arch's kernels stream, by layout name
+(moegen.layout; a build's manifest names the one its kernels read).  One layout today:
+``sm90_e2m1_atom64``.
 
 Raw input (per GEMM): e2m1 pairs ``[E, N, K/2]`` uint8 (element 2i in the low nibble) and e8m0
 scales ``[E, N, K/32]`` uint8.  Output, per GEMM:
@@ -19,43 +21,17 @@ Everything is torch index arithmetic and runs on the tensors' device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 
+from .layout import SM90_ATOMS, PreparedGemm, PreparedWeights
 from .spec import ModelSpec
 
-ATOM_ROWS, ATOM_K = 64, 64
-ROW_PAD = 128  # rows padded so both 64- and 128-row CTA tiles stay inside the tensor
 MAX_STORED_SCALE = 128  # largest s with 2^(s-1) a normal bf16
 SCALE_BYTE_BIAS = 126  # stored byte = s + 126 = the bf16 exponent field of the multiplier 2^(s-1)
 E8M0_NAN = 255
 GATE_UP_ORDERS = ("gate_up", "up_gate", "interleaved")
-
-
-@dataclass(frozen=True)
-class PreparedGemm:
-    w: torch.Tensor
-    scales: torch.Tensor
-    expert_scale: torch.Tensor
-    bias: torch.Tensor | None
-
-
-@dataclass(frozen=True)
-class PreparedWeights:
-    gemm1: PreparedGemm
-    gemm2: PreparedGemm
-
-    def to(self, device) -> "PreparedWeights":
-        def mv(g: PreparedGemm) -> PreparedGemm:
-            return PreparedGemm(g.w.to(device), g.scales.to(device), g.expert_scale.to(device),
-                                None if g.bias is None else g.bias.to(device))
-        return PreparedWeights(mv(self.gemm1), mv(self.gemm2))
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
 
 
 # Bit position in a prepared 32-bit word of (output register j, half h, bit b) where b = 0 sign, 1 e1,
@@ -115,6 +91,8 @@ def _unpack(packed: torch.Tensor) -> torch.Tensor:
 
 
 def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: {type(t).__name__}, expected a {dtype} tensor of shape {shape}")
     if t.dtype != dtype:
         raise ValueError(f"{name}: dtype {t.dtype}, expected {dtype}")
     if tuple(t.shape) != shape:
@@ -127,7 +105,7 @@ def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch
     if (e8m0 == E8M0_NAN).any():
         bad = (e8m0 == E8M0_NAN).nonzero()[0].tolist()
         raise ValueError(f"{name}: e8m0 scale 255 (NaN) at [expert, row, group] = {bad}")
-    Np, Kp = _round_up(N, ROW_PAD), _round_up(K, ATOM_K)
+    Np, Kp = SM90_ATOMS.padded(N, K)
     dev = codes.device
     c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
     c[:, :N, :K] = codes
@@ -156,6 +134,10 @@ def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch
     return w, scales, expert_scale
 
 
+# Layout name -> (codes [E, N, K], e8m0 [E, N, K/32], name) -> (values, scales, expert_scale).
+PACKERS = {SM90_ATOMS.name: pack_gemm}
+
+
 def _interleave_gate_up(x: torch.Tensor, inter: int) -> torch.Tensor:
     """[E, 2I, ...] gate rows then up rows -> blocks of 8 gate rows followed by their 8 up rows."""
     E = x.shape[0]
@@ -177,13 +159,18 @@ def to_gate_up(x: torch.Tensor, order: str, inter: int) -> torch.Tensor:
 
 def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
             w2_scales: torch.Tensor, b13: torch.Tensor | None = None, b2: torch.Tensor | None = None,
-            gate_up_order: str = "gate_up") -> PreparedWeights:
+            gate_up_order: str = "gate_up", layout: str = SM90_ATOMS.name) -> PreparedWeights:
     """Convert the LOCAL experts' raw MXFP4 weights of one rank (shard first for TP/EP).
 
     w13 [E_local, 2*I_local, H/2], w13_scales [E_local, 2*I_local, H/32], w2 [E_local, H, I_local/2],
     w2_scales [E_local, H, I_local/32]; b13 [E_local, 2*I_local] and b2 [E_local, H] float, iff the
-    spec has GEMM biases.  ``gate_up_order`` names the checkpoint's W1|W3 row order.
+    spec has GEMM biases.  ``gate_up_order`` names the checkpoint's W1|W3 row order; ``layout`` the
+    prepared layout (MoeLayer.prepare passes the one its library reads).
     """
+    if not isinstance(spec, ModelSpec):
+        raise ValueError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
+    if layout not in PACKERS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(PACKERS)} (the layouts prepare packs)")
     E, H, I = spec.local_experts, spec.hidden_size, spec.local_intermediate
     if gate_up_order not in GATE_UP_ORDERS:
         raise ValueError(f"gate_up_order {gate_up_order!r}: expected one of {GATE_UP_ORDERS}")
@@ -204,8 +191,9 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
 
     codes13 = _interleave_gate_up(to_gate_up(_unpack(w13), gate_up_order, I), I)
     s13 = _interleave_gate_up(to_gate_up(w13_scales, gate_up_order, I), I)
-    g1 = pack_gemm(codes13, s13, "w13_scales")
-    g2 = pack_gemm(_unpack(w2), w2_scales, "w2_scales")
+    pack = PACKERS[layout]
+    g1 = pack(codes13, s13, "w13_scales")
+    g2 = pack(_unpack(w2), w2_scales, "w2_scales")
     bias13 = None if b13 is None else to_gate_up(b13.float(), gate_up_order, I).contiguous()
     bias2 = None if b2 is None else b2.float().contiguous()
-    return PreparedWeights(PreparedGemm(*g1, bias13), PreparedGemm(*g2, bias2))
+    return PreparedWeights(layout, PreparedGemm(*g1, bias13), PreparedGemm(*g2, bias2))

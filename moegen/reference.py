@@ -73,6 +73,16 @@ def _gap(sorted_values: Tensor, k: int) -> Tensor:
     return sorted_values[..., k - 1] - sorted_values[..., k]
 
 
+def _scores(kind: str, logits: Tensor) -> Tensor:
+    """Per-expert scores the weights are made from (float64): sigmoid (DeepSeek-V3), sqrt(softplus)
+    (DeepSeek-V4), softmax over all experts (Qwen3)."""
+    if kind == "sigmoid_group_topk":
+        return torch.sigmoid(logits)
+    if kind == "sqrtsoftplus_topk":
+        return torch.sqrt(logits.clamp(min=0) + torch.log1p(torch.exp(-logits.abs())))
+    return torch.softmax(logits, dim=-1)
+
+
 def route(spec: ModelSpec, logits: Tensor, score_bias: Tensor | None = None) -> Routing:
     """Select each token's top_k experts (global ids) and their combine weights, in float64."""
     _check_router_inputs(spec, logits, score_bias)
@@ -80,8 +90,13 @@ def route(spec: ModelSpec, logits: Tensor, score_bias: Tensor | None = None) -> 
     logits = logits.to(torch.float64)
     T, E = logits.shape
 
-    if r.kind == "sigmoid_group_topk":
-        selection = torch.sigmoid(logits)
+    if r.kind == "sqrtsoftplus_topk":
+        selection = _scores(r.kind, logits)
+        if score_bias is not None:
+            selection = selection + score_bias.to(torch.float64)
+        group_margin, n_allowed = None, E
+    elif r.kind == "sigmoid_group_topk":
+        selection = _scores(r.kind, logits)
         if score_bias is not None:
             selection = selection + score_bias.to(torch.float64)
         grouped = selection.view(T, r.n_group, E // r.n_group)
@@ -123,8 +138,7 @@ def route_weights(spec: ModelSpec, logits: Tensor, score_bias: Tensor | None, id
     if r.kind == "topk_softmax":
         weights = torch.softmax(logits.gather(1, ids), dim=-1)
     else:
-        scores = torch.sigmoid(logits) if r.kind == "sigmoid_group_topk" else torch.softmax(logits, dim=-1)
-        weights = scores.gather(1, ids)
+        weights = _scores(r.kind, logits).gather(1, ids)
         if r.renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights * r.routed_scaling_factor

@@ -1,4 +1,8 @@
-"""Render kernel sources from the Jinja templates: one environment, StrictUndefined everywhere."""
+"""Render kernel sources from the Jinja templates: one environment, StrictUndefined everywhere.
+
+Every value a template receives is an integer, a C++ literal made here, an enum name from a fixed
+table, or a validated name (moegen.spec.NAME_PATTERN): nothing from a file is pasted into C++.
+"""
 from __future__ import annotations
 
 import json
@@ -7,14 +11,17 @@ from pathlib import Path
 
 import jinja2
 
-from .config_space import KernelConfig, gemm_shapes
+from .arch import get_arch
+from .layout import get_layout
+from .naming import KernelConfig
+from .problem import gemm_shapes
 from .spec import ModelSpec
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 INCLUDE_DIR = TEMPLATE_DIR / "include"
 
-_ROUTER_ENUM = {"sigmoid_group_topk": "kSigmoidGroupTopK", "softmax_topk": "kSoftmaxTopK",
-                "topk_softmax": "kTopKSoftmax"}
+_ROUTER_ENUM = {"sigmoid_group_topk": "kSigmoidGroupTopK", "sqrtsoftplus_topk": "kSqrtSoftplusTopK",
+                "softmax_topk": "kSoftmaxTopK", "topk_softmax": "kTopKSoftmax"}
 _GROUP_SCORE_ENUM = {"max": "kGroupMax", "top2_sum": "kGroupTop2Sum"}
 _ACTIVATION_ENUM = {"swiglu": "kSwiGLU", "swiglu_oai": "kSwiGLUOai"}
 _EPILOGUE = {"gemm1": "SwigluEpilogue", "gemm2": "WeightedEpilogue"}
@@ -39,31 +46,36 @@ def _cpp_bool(b: bool) -> str:
     return "true" if b else "false"
 
 
-def problem_header(spec: ModelSpec) -> str:
-    r, a = spec.router, spec.activation
-    return render("problem.h.j2", spec_source=Path(spec.source).name, num_experts=spec.num_experts,
-                  local_experts=spec.local_experts, expert_begin=spec.expert_begin, top_k=r.top_k,
+def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
+    arch = get_arch(cfg.arch)
+    layout = get_layout(arch.weight_layout)
+    shape = gemm_shapes(spec)[cfg.gemm]
+    n_pad, k_pad = layout.padded(shape.n, shape.k)
+    a = spec.activation
+    return render("gemm_kernel.cu.j2", name=cfg.name, arch=arch.name,
                   hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
-                  router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,
-                  group_score_enum=_GROUP_SCORE_ENUM[r.group_score], renormalize=_cpp_bool(r.renormalize),
-                  score_bias=_cpp_bool(r.score_bias),
-                  routed_scaling_factor=_cpp_float(r.routed_scaling_factor),
                   activation_enum=_ACTIVATION_ENUM[a.kind], has_limit=_cpp_bool(a.limit is not None),
                   limit=_cpp_float(a.limit if a.limit is not None else 0.0), alpha=_cpp_float(a.alpha),
+                  bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias),
+                  epilogue=_EPILOGUE[cfg.gemm], block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
+                  stages=cfg.stages, **arch.launch_resources(cfg), gemm_n=shape.n, gemm_k=shape.k,
+                  gemm_n_padded=n_pad, gemm_k_padded=k_pad, weight_layout=layout.name)
+
+
+def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str:
+    r = spec.router
+    kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n) for c in configs]
+    return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels,
+                  num_experts=spec.num_experts, local_experts=spec.local_experts, expert_begin=spec.expert_begin,
+                  top_k=r.top_k, hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
+                  router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,
+                  group_score_enum=_GROUP_SCORE_ENUM[r.group_score], renormalize=_cpp_bool(r.renormalize),
+                  score_bias=_cpp_bool(r.score_bias), routed_scaling_factor=_cpp_float(r.routed_scaling_factor),
                   bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias))
 
 
-def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
-    shape = gemm_shapes(spec)[cfg.gemm]
-    return render("gemm_kernel.cu.j2", name=cfg.name, gemm=cfg.gemm, variant=spec.variant,
-                  epilogue=_EPILOGUE[cfg.gemm], block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
-                  stages=cfg.stages, gemm_n=shape.n, gemm_k=shape.k)
-
-
-def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig], build_info: dict) -> str:
-    kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n) for c in configs]
+def build_info_source(build_info: dict) -> str:
     text = json.dumps(build_info, sort_keys=True)
     # A C++ raw string literal cannot contain its own delimiter; JSON of ours never holds it.
     assert ")moegen\"" not in text
-    return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels,
-                  build_info_literal=f'R"moegen({text})moegen"')
+    return render("build_info.cu.j2", build_info_literal=f'R"moegen({text})moegen"')

@@ -1,130 +1,239 @@
 """Runtime: load a built directory, check it against the GPU and the spec, run the layer.
 
-The library has a plain C ABI (ctypes, no libtorch link); the layer is exposed as the PyTorch
-custom op ``moegen::moe_forward`` (CUDA-graph capturable: no host syncs, every buffer comes from
-PyTorch's allocator).
+The ground floor: it imports the spec, the artifact (manifest, ABI, hashing), dispatch, the weight
+layouts and the C binding, never the build, render or tune modules.
+
+Two PyTorch custom ops, each checking every argument it is given (they are public:
+``torch.ops.moegen.*``), with no host synchronization and every buffer from PyTorch's allocator, so
+they capture in CUDA graphs and trace under ``torch.compile(fullgraph=True)``:
+
+* ``moegen::moe_forward``: the fused layer, routing from the router's logits;
+* ``moegen::moe_experts`` / ``moegen::moe_experts_into``: the experts on the caller's routing (global
+  top-k ids and weights, an optional global-to-local expert map), for serving engines.
 """
 from __future__ import annotations
 
 import ctypes
-import json
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from .build import ABI_VERSION, MANIFEST_SCHEMA, file_sha256
-from .config_space import KernelConfig
-from .naming import parse_kernel_name
-from .prepare import PreparedWeights
-from .spec import ModelSpec, model_from_dict
-from .tune import GpuInfo, heuristic_choice, load_dispatch, warn_once
-
-ARCH_CAPABILITY = {"sm90": (9, 0)}  # sm_90a code runs on compute capability 9.0 only
+from .artifact import ArtifactError, read_manifest, verify_library
+from .binding import IDS_I32, IDS_I64, LOGITS_BF16, LOGITS_F32, Args, ExpertsArgs, Library, Weights, library
+from .dispatch import GpuInfo, find_dispatch, heuristic_choice, user_dir, warn_once
+from .layout import PreparedWeights, get_layout
+from .naming import KernelConfig, parse_kernel_name
+from .problem import ProblemKey
+from .spec import ModelSpec, SpecError, model_from_dict
 
 
 class LoadError(RuntimeError):
     """The built directory cannot serve this GPU or spec; the message says why."""
 
 
-class _Args(ctypes.Structure):
-    _fields_ = [("num_tokens", ctypes.c_int32), ("logits_dtype", ctypes.c_int32),
-                ("hidden", ctypes.c_void_p), ("router_logits", ctypes.c_void_p), ("score_bias", ctypes.c_void_p),
-                ("w13", ctypes.c_void_p), ("w13_scales", ctypes.c_void_p), ("w13_expert_scale", ctypes.c_void_p),
-                ("b13", ctypes.c_void_p), ("w2", ctypes.c_void_p), ("w2_scales", ctypes.c_void_p),
-                ("w2_expert_scale", ctypes.c_void_p), ("b2", ctypes.c_void_p), ("out", ctypes.c_void_p),
-                ("topk_ids", ctypes.c_void_p), ("topk_weights", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", ctypes.c_size_t)]
+@dataclass(frozen=True)
+class _LayerShape:
+    """What the custom ops check a call against (from the library's embedded spec)."""
+    num_experts: int
+    local_experts: int
+    top_k: int
+    hidden: int
+    intermediate: int
+    score_bias: bool
+    bias13: bool
+    bias2: bool
+    layout: str
 
 
-_LIBS: dict[int, "Library"] = {}
-_LIBS_LOCK = threading.Lock()
+_SHAPES: dict[int, _LayerShape] = {}
 
 
-class Library:
-    def __init__(self, path: Path):
-        self.path = path
-        self.dll = ctypes.CDLL(str(path))
-        d = self.dll
-        d.moegen_forward.argtypes = [ctypes.POINTER(_Args), ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        d.moegen_forward.restype = ctypes.c_int
-        d.moegen_workspace_bytes.argtypes = [ctypes.c_int32]
-        d.moegen_workspace_bytes.restype = ctypes.c_size_t
-        d.moegen_last_error.restype = ctypes.c_char_p
-        d.moegen_build_info.restype = ctypes.c_char_p
-        d.moegen_kernel_name.argtypes = [ctypes.c_int]
-        d.moegen_kernel_name.restype = ctypes.c_char_p
-        with _LIBS_LOCK:
-            self.handle = len(_LIBS)
-            _LIBS[self.handle] = self
-
-    def build_info(self) -> dict:
-        return json.loads(self.dll.moegen_build_info().decode())
-
-    def kernel_names(self) -> list[str]:
-        return [self.dll.moegen_kernel_name(i).decode() for i in range(self.dll.moegen_num_kernels())]
+def _fail(what: str, got, expected: str):
+    raise ValueError(f"{what}: {got}, expected {expected}")
 
 
-def _check_tensor(name: str, t: torch.Tensor, shape: tuple, dtypes: tuple, device: torch.device) -> None:
+def _check_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device | None) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        _fail(name, type(t).__name__, "a torch.Tensor")
     if t.dtype not in dtypes:
-        raise ValueError(f"{name}: dtype {t.dtype}, expected {' or '.join(map(str, dtypes))}")
+        _fail(name, f"dtype {t.dtype}", " or ".join(map(str, dtypes)))
     if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {tuple(shape)}")
-    if t.device != device:
-        raise ValueError(f"{name}: on {t.device}, expected {device} (the device of hidden_states)")
+        _fail(name, f"shape {tuple(t.shape)}", str(tuple(shape)))
+    if device is not None and t.device != device:
+        _fail(name, f"on {t.device}", f"{device} (the device of hidden_states)")
     if not t.is_contiguous():
-        raise ValueError(f"{name}: not contiguous; call .contiguous() first")
+        _fail(name, "not contiguous", "a contiguous tensor (call .contiguous())")
     if t.numel() and t.data_ptr() % 16:
-        raise ValueError(f"{name}: data pointer {t.data_ptr():#x} is not 16-byte aligned (vector loads need it)")
+        _fail(name, f"data pointer {t.data_ptr():#x}", "16-byte alignment (vector loads need it)")
+
+
+def _check_hidden(s: _LayerShape, hidden) -> torch.device:
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+        got = f"shape {tuple(hidden.shape)}" if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        _fail("hidden_states", got, f"a 2-D tensor [T, {s.hidden}]")
+    if hidden.device.type != "cuda":
+        _fail("hidden_states", f"on {hidden.device}", "a CUDA device")
+    _check_tensor("hidden_states", hidden, (hidden.shape[0], s.hidden), (torch.bfloat16,), hidden.device)
+    return hidden.device
+
+
+def _check_weights(s: _LayerShape, dev: torch.device, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
+                   w2_expert_scale, b2) -> None:
+    layout = get_layout(s.layout)
+    for gname, (w, scales, escale, bias), n, k, has_bias in (
+            ("gemm1", (w13, w13_scales, w13_expert_scale, b13), 2 * s.intermediate, s.hidden, s.bias13),
+            ("gemm2", (w2, w2_scales, w2_expert_scale, b2), s.hidden, s.intermediate, s.bias2)):
+        shapes = layout.shapes(s.local_experts, n, k)
+        _check_tensor(f"weights.{gname}.w", w, shapes["w"], (torch.uint8,), dev)
+        _check_tensor(f"weights.{gname}.scales", scales, shapes["scales"], (torch.uint8,), dev)
+        _check_tensor(f"weights.{gname}.expert_scale", escale, shapes["expert_scale"], (torch.float32,), dev)
+        if has_bias:
+            if bias is None:
+                _fail(f"weights.{gname}.bias", "None", f"float32 [{s.local_experts}, {n}] (the model has this bias)")
+            _check_tensor(f"weights.{gname}.bias", bias, (s.local_experts, n), (torch.float32,), dev)
+        elif bias is not None:
+            _fail(f"weights.{gname}.bias", "a tensor", "None (the model has no such bias)")
 
 
 def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
     return None if t is None else t.data_ptr()
 
 
+def _weights_struct(w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2) -> Weights:
+    return Weights(w13=_ptr(w13), w13_scales=_ptr(w13_scales), w13_expert_scale=_ptr(w13_expert_scale), b13=_ptr(b13),
+                   w2=_ptr(w2), w2_scales=_ptr(w2_scales), w2_expert_scale=_ptr(w2_expert_scale), b2=_ptr(b2))
+
+
+def _layer(handle: int) -> tuple[Library, _LayerShape]:
+    lib = library(handle)
+    return lib, _SHAPES[handle]
+
+
+def _check_tokens(lib: Library, T: int) -> None:
+    if T > lib.max_tokens:
+        _fail("hidden_states", f"{T} tokens", f"at most {lib.max_tokens} per call (32-bit row indices)")
+
+
+def _workspace(lib: Library, T: int, dev, poison: bool) -> torch.Tensor:
+    workspace = torch.empty(lib.workspace_bytes(T), dtype=torch.uint8, device=dev)
+    if poison:
+        workspace.fill_(0xFF)  # NaN as bf16/f32, -1 as int32
+    return workspace
+
+
+def _run(lib: Library, fn, args, k1: int, k2: int, dev) -> None:
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    rc = fn(ctypes.byref(args), k1, k2, ctypes.c_void_p(stream))
+    if rc != 0:
+        raise RuntimeError(f"moegen ({lib.path.name}): {lib.last_error()}")
+
+
 @torch.library.custom_op("moegen::moe_forward", mutates_args=())
 def moe_forward(handle: int, hidden: torch.Tensor, router_logits: torch.Tensor, score_bias: Optional[torch.Tensor],
                 w13: torch.Tensor, w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor,
                 b13: Optional[torch.Tensor], w2: torch.Tensor, w2_scales: torch.Tensor,
-                w2_expert_scale: torch.Tensor, b2: Optional[torch.Tensor], top_k: int, gemm1_kernel: int,
+                w2_expert_scale: torch.Tensor, b2: Optional[torch.Tensor], gemm1_kernel: int,
                 gemm2_kernel: int, poison: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """poison=True fills outputs and workspace with NaN/garbage first (tests: every element must be written)."""
-    lib = _LIBS[handle]
-    T, H = hidden.shape
-    dev = hidden.device
-    out = torch.empty((T, H), dtype=torch.bfloat16, device=dev)
-    ids = torch.empty((T, top_k), dtype=torch.int32, device=dev)
-    weights = torch.empty((T, top_k), dtype=torch.float32, device=dev)
-    ws_bytes = lib.dll.moegen_workspace_bytes(T)
-    workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=dev)
+    """The fused layer: (out bf16 [T, H], topk_ids int32 [T, K], topk_weights f32 [T, K]).
+    poison=True fills outputs and workspace with NaN/garbage first (tests: every element must be written)."""
+    lib, s = _layer(handle)
+    dev = _check_hidden(s, hidden)
+    T = hidden.shape[0]
+    _check_tokens(lib, T)
+    _check_tensor("router_logits", router_logits, (T, s.num_experts), (torch.float32, torch.bfloat16), dev)
+    if s.score_bias:
+        if score_bias is None:
+            _fail("score_bias", "None", f"float32 [{s.num_experts}] (this router selects on score + bias)")
+        _check_tensor("score_bias", score_bias, (s.num_experts,), (torch.float32,), dev)
+    elif score_bias is not None:
+        _fail("score_bias", "a tensor", "None (this router takes no score bias)")
+    weights = (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2)
+    _check_weights(s, dev, *weights)
+    out = torch.empty((T, s.hidden), dtype=torch.bfloat16, device=dev)
+    ids = torch.empty((T, s.top_k), dtype=torch.int32, device=dev)
+    topk_weights = torch.empty((T, s.top_k), dtype=torch.float32, device=dev)
     if poison:
         out.fill_(float("nan"))
         ids.fill_(-7)
-        weights.fill_(float("nan"))
-        workspace.fill_(0xFF)  # NaN as bf16/f32, -1 as int32
-    args = _Args(num_tokens=T, logits_dtype=0 if router_logits.dtype == torch.float32 else 1,
-                 hidden=_ptr(hidden), router_logits=_ptr(router_logits), score_bias=_ptr(score_bias),
-                 w13=_ptr(w13), w13_scales=_ptr(w13_scales), w13_expert_scale=_ptr(w13_expert_scale),
-                 b13=_ptr(b13), w2=_ptr(w2), w2_scales=_ptr(w2_scales), w2_expert_scale=_ptr(w2_expert_scale),
-                 b2=_ptr(b2), out=_ptr(out), topk_ids=_ptr(ids), topk_weights=_ptr(weights),
-                 workspace=_ptr(workspace), workspace_bytes=ws_bytes)
-    stream = torch.cuda.current_stream(dev).cuda_stream
-    rc = lib.dll.moegen_forward(ctypes.byref(args), gemm1_kernel, gemm2_kernel, ctypes.c_void_p(stream))
-    if rc != 0:
-        raise RuntimeError(f"moegen ({lib.path.name}): {lib.dll.moegen_last_error().decode()}")
-    return out, ids, weights
+        topk_weights.fill_(float("nan"))
+    workspace = _workspace(lib, T, dev, poison)
+    args = Args(num_tokens=T, logits_dtype=LOGITS_F32 if router_logits.dtype == torch.float32 else LOGITS_BF16,
+                hidden=_ptr(hidden), router_logits=_ptr(router_logits), score_bias=_ptr(score_bias),
+                weights=_weights_struct(*weights), out=_ptr(out), topk_ids=_ptr(ids),
+                topk_weights=_ptr(topk_weights), workspace=_ptr(workspace), workspace_bytes=workspace.numel())
+    _run(lib, lib.dll.moegen_forward, args, gemm1_kernel, gemm2_kernel, dev)
+    return out, ids, topk_weights
 
 
 @moe_forward.register_fake
 def _(handle, hidden, router_logits, score_bias, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
-      w2_expert_scale, b2, top_k, gemm1_kernel, gemm2_kernel, poison=False):
-    T, H = hidden.shape
-    return (hidden.new_empty((T, H)), hidden.new_empty((T, top_k), dtype=torch.int32),
-            hidden.new_empty((T, top_k), dtype=torch.float32))
+      w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, poison=False):
+    s = _SHAPES[handle]
+    T = hidden.shape[0]
+    return (hidden.new_empty((T, s.hidden)), hidden.new_empty((T, s.top_k), dtype=torch.int32),
+            hidden.new_empty((T, s.top_k), dtype=torch.float32))
+
+
+def _experts(handle, hidden, topk_ids, topk_weights, expert_map, weights, gemm1_kernel, gemm2_kernel, out, poison):
+    lib, s = _layer(handle)
+    dev = _check_hidden(s, hidden)
+    T = hidden.shape[0]
+    _check_tokens(lib, T)
+    _check_tensor("topk_ids", topk_ids, (T, s.top_k), (torch.int32, torch.int64), dev)
+    _check_tensor("topk_weights", topk_weights, (T, s.top_k), (torch.float32,), dev)
+    if expert_map is not None:
+        _check_tensor("expert_map", expert_map, (s.num_experts,), (torch.int32,), dev)
+    _check_weights(s, dev, *weights)
+    _check_tensor("out", out, (T, s.hidden), (torch.bfloat16,), dev)
+    if poison:
+        out.fill_(float("nan"))
+    workspace = _workspace(lib, T, dev, poison)
+    args = ExpertsArgs(num_tokens=T, ids_dtype=IDS_I32 if topk_ids.dtype == torch.int32 else IDS_I64,
+                       hidden=_ptr(hidden), topk_ids=_ptr(topk_ids), topk_weights=_ptr(topk_weights),
+                       expert_map=_ptr(expert_map), weights=_weights_struct(*weights), out=_ptr(out),
+                       workspace=_ptr(workspace), workspace_bytes=workspace.numel())
+    _run(lib, lib.dll.moegen_forward_experts, args, gemm1_kernel, gemm2_kernel, dev)
+
+
+@torch.library.custom_op("moegen::moe_experts", mutates_args=())
+def moe_experts(handle: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                expert_map: Optional[torch.Tensor], w13: torch.Tensor, w13_scales: torch.Tensor,
+                w13_expert_scale: torch.Tensor, b13: Optional[torch.Tensor], w2: torch.Tensor, w2_scales: torch.Tensor,
+                w2_expert_scale: torch.Tensor, b2: Optional[torch.Tensor], gemm1_kernel: int, gemm2_kernel: int,
+                poison: bool = False) -> torch.Tensor:
+    """This rank's experts on the caller's routing: bf16 [T, H]."""
+    s = _layer(handle)[1]
+    out = torch.empty((hidden.shape[0], s.hidden), dtype=torch.bfloat16, device=hidden.device)
+    _experts(handle, hidden, topk_ids, topk_weights, expert_map,
+             (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2), gemm1_kernel, gemm2_kernel,
+             out, poison)
+    return out
+
+
+@moe_experts.register_fake
+def _(handle, hidden, topk_ids, topk_weights, expert_map, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
+      w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, poison=False):
+    return hidden.new_empty((hidden.shape[0], _SHAPES[handle].hidden))
+
+
+@torch.library.custom_op("moegen::moe_experts_into", mutates_args=("out",))
+def moe_experts_into(handle: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                     expert_map: Optional[torch.Tensor], w13: torch.Tensor, w13_scales: torch.Tensor,
+                     w13_expert_scale: torch.Tensor, b13: Optional[torch.Tensor], w2: torch.Tensor,
+                     w2_scales: torch.Tensor, w2_expert_scale: torch.Tensor, b2: Optional[torch.Tensor],
+                     gemm1_kernel: int, gemm2_kernel: int, out: torch.Tensor, poison: bool = False) -> None:
+    """As moe_experts, written into the caller's bf16 [T, H] buffer."""
+    _experts(handle, hidden, topk_ids, topk_weights, expert_map,
+             (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2), gemm1_kernel, gemm2_kernel,
+             out, poison)
+
+
+@moe_experts_into.register_fake
+def _(handle, hidden, topk_ids, topk_weights, expert_map, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
+      w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, out, poison=False):
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,114 +243,131 @@ class MoeOutput:
     topk_weights: torch.Tensor  # float32 [T, top_k]
 
 
-class MoeLayer:
-    """A loaded moegen build: call it with hidden states, router logits and prepared weights."""
+def _flat(weights: PreparedWeights) -> tuple:
+    g1, g2 = weights.gemm1, weights.gemm2
+    return g1.w, g1.scales, g1.expert_scale, g1.bias, g2.w, g2.scales, g2.expert_scale, g2.bias
 
-    def __init__(self, out_dir: Path, manifest: dict, spec: ModelSpec, library: Library, gpu: GpuInfo):
+
+class MoeLayer:
+    """A loaded moegen build: call it with hidden states, router logits and prepared weights (the
+    fused layer), or use .experts with your own routing."""
+
+    def __init__(self, out_dir: Path, manifest, spec: ModelSpec, library: Library, gpu: GpuInfo,
+                 dispatch_root: Path | None):
         self.out_dir, self.manifest, self.spec, self.library, self.gpu = out_dir, manifest, spec, library, gpu
-        names = library.kernel_names()
-        self.kernels: list[KernelConfig] = [parse_kernel_name(n) for n in names]
-        self.dispatch, self.dispatch_note = load_dispatch(out_dir, gpu, manifest["fingerprint"], names)
+        self.weight_layout = manifest.weight_layout
+        self.kernels: list[KernelConfig] = [parse_kernel_name(n) for n in library.kernel_names()]
+        self.problem = ProblemKey.of(spec)
+        self.dispatch, notes = find_dispatch(manifest.arch, gpu, self.problem, [k.name for k in self.kernels],
+                                             user_root=dispatch_root)
+        for note in notes:
+            warn_once(note)
+        _SHAPES[library.handle] = _LayerShape(spec.num_experts, spec.local_experts, spec.top_k, spec.hidden_size,
+                                              spec.local_intermediate, spec.router.score_bias, spec.gemm1_bias,
+                                              spec.gemm2_bias, self.weight_layout)
 
     def choose_kernels(self, num_tokens: int) -> tuple[int, int]:
-        """(gemm1, gemm2) kernel indices: from this GPU's tuned dispatch table, else the documented
-        heuristic (moegen.tune.heuristic_choice) with a one-time warning."""
+        """(gemm1, gemm2) kernel indices: from the dispatch table, else the documented heuristic
+        (moegen.dispatch.heuristic_choice)."""
         if self.dispatch is not None:
             return self.dispatch.choose(num_tokens)
-        warn_once(self.dispatch_note)
         return heuristic_choice(self.kernels, self.spec, num_tokens)
 
-    def check_inputs(self, hidden, router_logits, weights: PreparedWeights, score_bias) -> None:
-        s = self.spec
-        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
-            raise ValueError(f"hidden_states: expected a 2-D tensor [T, {s.hidden_size}]")
-        dev = hidden.device
-        if dev.type != "cuda":
-            raise ValueError(f"hidden_states: on {dev}, expected a CUDA device")
-        T = hidden.shape[0]
-        _check_tensor("hidden_states", hidden, (T, s.hidden_size), (torch.bfloat16,), dev)
-        _check_tensor("router_logits", router_logits, (T, s.num_experts), (torch.float32, torch.bfloat16), dev)
-        if s.router.score_bias:
-            if score_bias is None:
-                raise ValueError(f"score_bias: required by {s.name} (per-expert selection bias), got None")
-            _check_tensor("score_bias", score_bias, (s.num_experts,), (torch.float32,), dev)
-        elif score_bias is not None:
-            raise ValueError(f"score_bias: {s.name}'s router takes no score bias")
-        E = s.local_experts
-        for gname, g, n, k in (("gemm1", weights.gemm1, 2 * s.local_intermediate, s.hidden_size),
-                               ("gemm2", weights.gemm2, s.hidden_size, s.local_intermediate)):
-            n64, k64 = -(-n // 128) * 2, -(-k // 64)
-            _check_tensor(f"weights.{gname}.w", g.w, (E, n64, k64, 2048), (torch.uint8,), dev)
-            _check_tensor(f"weights.{gname}.scales", g.scales, (E, n64, k64, 128), (torch.uint8,), dev)
-            _check_tensor(f"weights.{gname}.expert_scale", g.expert_scale, (E,), (torch.float32,), dev)
-            has_bias = s.gemm1_bias if gname == "gemm1" else s.gemm2_bias
-            if has_bias:
-                if g.bias is None:
-                    raise ValueError(f"weights.{gname}.bias: required by {s.name}")
-                _check_tensor(f"weights.{gname}.bias", g.bias, (E, n), (torch.float32,), dev)
-            elif g.bias is not None:
-                raise ValueError(f"weights.{gname}.bias: {s.name} has no {gname} bias")
+    def _check_prepared(self, weights) -> None:
+        if not isinstance(weights, PreparedWeights):
+            _fail("weights", type(weights).__name__, "moegen PreparedWeights (from layer.prepare or moegen.prepare)")
+        if weights.layout != self.weight_layout:
+            _fail("weights", f"prepared in layout {weights.layout!r}",
+                  f"{self.weight_layout!r}, the layout this library's kernels read (prepare for it)")
 
     def __call__(self, hidden_states: torch.Tensor, router_logits: torch.Tensor, weights: PreparedWeights,
                  score_bias: torch.Tensor | None = None, kernels: tuple[int, int] | None = None,
                  poison: bool = False) -> MoeOutput:
-        self.check_inputs(hidden_states, router_logits, weights, score_bias)
+        self._check_prepared(weights)
         k1, k2 = kernels if kernels is not None else self.choose_kernels(hidden_states.shape[0])
-        g1, g2 = weights.gemm1, weights.gemm2
-        out, ids, w = torch.ops.moegen.moe_forward(
-            self.library.handle, hidden_states, router_logits, score_bias, g1.w, g1.scales, g1.expert_scale, g1.bias,
-            g2.w, g2.scales, g2.expert_scale, g2.bias, self.spec.top_k, k1, k2, poison)
+        out, ids, w = torch.ops.moegen.moe_forward(self.library.handle, hidden_states, router_logits, score_bias,
+                                                   *_flat(weights), k1, k2, poison)
         return MoeOutput(out, ids, w)
 
+    def experts(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                weights: PreparedWeights, expert_map: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                kernels: tuple[int, int] | None = None, poison: bool = False) -> torch.Tensor:
+        """sum_k topk_weights[t, k] * expert(topk_ids[t, k])(hidden[t]) over the slots whose expert is
+        on this rank: expert_map (int32 [num_experts], global id -> local id or -1) places them, or,
+        without one, this build's contiguous expert range.  Written into `out` when given."""
+        self._check_prepared(weights)
+        k1, k2 = kernels if kernels is not None else self.choose_kernels(hidden_states.shape[0])
+        if out is None:
+            return torch.ops.moegen.moe_experts(self.library.handle, hidden_states, topk_ids, topk_weights,
+                                                expert_map, *_flat(weights), k1, k2, poison)
+        torch.ops.moegen.moe_experts_into(self.library.handle, hidden_states, topk_ids, topk_weights, expert_map,
+                                          *_flat(weights), k1, k2, out, poison)
+        return out
 
-def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.device | str | None = None) -> MoeLayer:
-    """Load ``generated/<variant>/<arch>``; checks manifest, library, spec and GPU before use."""
+    def prepare(self, *args, **kwargs) -> PreparedWeights:
+        """moegen.prepare for this library's spec and weight layout."""
+        from .prepare import prepare
+        return prepare(self.spec, *args, layout=self.weight_layout, **kwargs)
+
+
+def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.device | str | None = None,
+         dispatch_root: str | Path | None = None) -> MoeLayer:
+    """Load ``generated/<variant>/<arch>``; checks manifest, library, spec and GPU before use.
+    dispatch_root: where user dispatch tables live (default: the build's output root's dispatch/)."""
     out_dir = Path(out_dir)
-    mpath = out_dir / "manifest.json"
     try:
-        manifest = json.loads(mpath.read_text())
-    except FileNotFoundError:
-        raise LoadError(f"{mpath}: no manifest; run `moegen build` first") from None
-    except ValueError as e:
-        raise LoadError(f"{mpath}: not valid JSON ({e})") from None
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        raise LoadError(f"{mpath}: schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}; rebuild")
-    lib_path = out_dir / manifest["library"]
-    if not lib_path.exists():
-        raise LoadError(f"{lib_path}: library named by the manifest is missing; rebuild")
-    if file_sha256(lib_path) != manifest.get("library_sha256"):
-        raise LoadError(f"{lib_path}: stale library (its sha256 differs from the manifest's); rebuild")
-    built_spec = model_from_dict(_spec_to_yaml_dict(manifest["spec"]), f"{mpath}:spec")
-    if spec is not None and spec.to_dict() != manifest["spec"]:
-        want, have = spec.to_dict(), manifest["spec"]
-        diff = next(k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k))
-        raise LoadError(f"{mpath}: built for {manifest['variant']}, but the spec given differs at "
-                        f"'{diff}': built {have.get(diff)!r}, given {want.get(diff)!r}; rebuild for this spec")
-    arch = manifest["arch"]
-    if arch not in ARCH_CAPABILITY:
-        raise LoadError(f"{mpath}: arch {arch!r} has no runtime support")
+        manifest = read_manifest(out_dir)
+        verify_library(manifest)
+    except ArtifactError as e:
+        raise LoadError(str(e)) from None
+    mpath = manifest.path
+    try:
+        built_spec = model_from_dict(manifest.spec, f"{mpath}:spec")
+    except SpecError as e:
+        raise LoadError(f"{e}; rebuild") from None
+    if spec is not None:
+        if not isinstance(spec, ModelSpec):
+            raise LoadError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
+        want, have = spec.to_dict(), manifest.spec
+        if want != have:
+            diff = next(k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k))
+            raise LoadError(f"{mpath}: built for {manifest.variant}, but the spec given differs at "
+                            f"'{diff}': built {have.get(diff)!r}, given {want.get(diff)!r}; rebuild for this spec")
+    capability = manifest.data.get("compute_capability")
+    if not (isinstance(capability, list) and len(capability) == 2):
+        raise LoadError(f"{mpath}: field 'compute_capability' = {capability!r}: expected [major, minor]; rebuild")
     if not torch.cuda.is_available():
         raise LoadError("no CUDA GPU visible to PyTorch; moegen layers run on the GPU")
-    dev = torch.device(device if device is not None else "cuda")
-    cap = torch.cuda.get_device_capability(dev)
-    if cap != ARCH_CAPABILITY[arch]:
-        raise LoadError(f"{mpath}: built for {arch} (compute capability {ARCH_CAPABILITY[arch]}), but "
+    try:
+        dev = torch.device(device if device is not None else "cuda")
+        cap = torch.cuda.get_device_capability(dev)
+    except (RuntimeError, ValueError, AssertionError) as e:
+        raise LoadError(f"device {device!r}: {e}") from None
+    if list(cap) != capability:
+        raise LoadError(f"{mpath}: built for {manifest.arch} (compute capability {tuple(capability)}), but "
                         f"{torch.cuda.get_device_name(dev)} is {cap}; build with the matching --arch")
-    library = Library(lib_path)
+    try:
+        library = Library(manifest.library_path)
+    except ArtifactError as e:
+        raise LoadError(str(e)) from None
     info = library.build_info()
-    if info.get("fingerprint") != manifest["fingerprint"] or library.dll.moegen_abi_version() != ABI_VERSION:
-        raise LoadError(f"{lib_path}: library fingerprint/ABI does not match {mpath}; rebuild")
-    return MoeLayer(out_dir, manifest, built_spec, library, gpu_info(dev))
+    if info.get("fingerprint") != manifest.fingerprint:
+        raise LoadError(f"{manifest.library_path}: embeds fingerprint {str(info.get('fingerprint'))[:16]}, the "
+                        f"manifest says {manifest.fingerprint[:16]}; rebuild")
+    if list(library.kernel_names()) != list(manifest.kernels):
+        raise LoadError(f"{manifest.library_path}: its kernel table differs from {mpath}'s; rebuild")
+    root = Path(dispatch_root) if dispatch_root is not None else user_dir(out_dir.parent.parent)
+    return MoeLayer(out_dir, manifest, built_spec, library, gpu_info(dev), root)
 
 
 def gpu_info(device: torch.device | str = "cuda") -> GpuInfo:
-    """What a dispatch table is keyed by: GPU name, SM count, driver and CUDA versions."""
+    """What a dispatch table is keyed by (GPU name, SM count) and what it records (driver, CUDA)."""
     props = torch.cuda.get_device_properties(device)
-    return GpuInfo(name=props.name, sm_count=props.multi_processor_count, driver=_driver_version(),
+    return GpuInfo(name=props.name, sm_count=props.multi_processor_count, driver=driver_version(),
                    cuda=str(torch.version.cuda))
 
 
-def _driver_version() -> str:
+def driver_version() -> str:
     """The driver release as NVML reports it (e.g. 580.159.04), else the driver API version."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -257,10 +383,3 @@ def _driver_version() -> str:
     except OSError:
         pass
     return "unknown"
-
-
-def _spec_to_yaml_dict(d: dict) -> dict:
-    """ModelSpec.to_dict() output -> the YAML schema that model_from_dict reads."""
-    return {"name": d["name"], "num_experts": d["num_experts"], "hidden_size": d["hidden_size"],
-            "intermediate_size": d["intermediate_size"], "router": d["router"], "activation": d["activation"],
-            "bias": {"gemm1": d["gemm1_bias"], "gemm2": d["gemm2_bias"]}, "parallel": d["parallel"]}

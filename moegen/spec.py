@@ -1,12 +1,14 @@
-"""Model and hardware specs: YAML files validated once into frozen dataclasses.
+"""Model specs: YAML files validated once into frozen dataclasses.
 
-Every validation failure raises SpecError naming the file, the field, the bad value and
-what was expected.  Nothing downstream re-validates: a ModelSpec that exists is valid.
+Every validation failure raises SpecError naming the file, the field, the bad value and what was
+expected.  Nothing downstream re-validates: a ModelSpec that exists is valid.  ``to_dict`` writes
+the same schema ``model_from_dict`` reads, so a spec round-trips through a manifest unchanged.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,13 +17,23 @@ import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
-ROUTER_KINDS = ("sigmoid_group_topk", "softmax_topk", "topk_softmax")
+ROUTER_KINDS = ("sigmoid_group_topk", "sqrtsoftplus_topk", "softmax_topk", "topk_softmax")
+SCORE_BIAS_ROUTERS = ("sigmoid_group_topk", "sqrtsoftplus_topk")  # selection on score + per-expert bias
 GROUP_SCORES = ("max", "top2_sum")
 ACTIVATION_KINDS = ("swiglu", "swiglu_oai")
-ARCHS = ("sm90", "sm100")
 
 # MXFP4 scales cover 32 consecutive K elements; every GEMM K (hidden, local intermediate) must hold whole groups.
 MX_GROUP = 32
+# Routing keeps one token's scores in a warp's registers: 32 lanes x 32 values, and one lane per choice.
+MAX_EXPERTS = 1024
+MAX_TOP_K = 32
+# One expert's prepared W1|W3 (2 I x H e2m1 values) stays at or under 1 GiB, inside the 32-bit offsets
+# of prepare's index arithmetic and the kernels' per-expert atom counts.
+MAX_HIDDEN = 32768
+MAX_INTERMEDIATE = 32768
+# Names become directory and C++ identifier parts: lower-case letters, digits, '.', '_' and '-',
+# starting with a letter or digit (so never '..', '/', a newline or an absolute path).
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
 class SpecError(ValueError):
@@ -42,6 +54,9 @@ class RouterSpec:
     score_bias: bool = False  # per-expert correction bias added for selection only
     renormalize: bool = True  # divide the chosen weights by their sum
     routed_scaling_factor: float = 1.0
+    # The model's first `hash_layers` MoE layers route by token id (DeepSeek-V4's tid2eid table)
+    # instead of the gate: serve them with MoeLayer.experts and moegen.routing.hash_route.
+    hash_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,25 +120,16 @@ class ModelSpec:
                            ep_size=p.ep_size if ep_size is None else ep_size,
                            ep_rank=p.ep_rank if ep_rank is None else ep_rank)
         spec = dataclasses.replace(self, parallel=new)
-        _validate_model(spec, f"{self.source} (parallel override)")
+        _validate_model(spec, f"{self.source} (parallel split)")
         return spec
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.pop("source")
-        return d
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    name: str
-    arch: str  # "sm90" | "sm100"
-    compute_capability: tuple[int, int]
-    sm_count: int
-    smem_per_block_kib: int  # opt-in dynamic shared memory per block
-    hbm_bandwidth_tbs: float  # datasheet; benchmarks measure their own
-    bf16_dense_tflops: float
-    source: str = "<inline>"
+        """The YAML schema (what model_from_dict reads), with every field written out."""
+        return {"name": self.name, "num_experts": self.num_experts, "hidden_size": self.hidden_size,
+                "intermediate_size": self.intermediate_size, "router": dataclasses.asdict(self.router),
+                "activation": dataclasses.asdict(self.activation),
+                "bias": {"gemm1": self.gemm1_bias, "gemm2": self.gemm2_bias},
+                "parallel": dataclasses.asdict(self.parallel)}
 
 
 # --- field readers -------------------------------------------------------------------------
@@ -144,12 +150,14 @@ class _Fields:
             return default
         return self.data[key]
 
-    def int(self, key, default=None, *, required=False, min_value=None):
+    def int(self, key, default=None, *, required=False, min_value=None, max_value=None):
         v = self._get(key, default, required)
         if isinstance(v, bool) or not isinstance(v, int):
             _fail(self.source, self.prefix + key, v, "an integer")
         if min_value is not None and v < min_value:
             _fail(self.source, self.prefix + key, v, f"an integer >= {min_value}")
+        if max_value is not None and v > max_value:
+            _fail(self.source, self.prefix + key, v, f"an integer <= {max_value}")
         return v
 
     def float(self, key, default=None, *, required=False, allow_none=False, positive=False):
@@ -172,14 +180,15 @@ class _Fields:
 
     def choice(self, key, choices, default=None, *, required=False):
         v = self._get(key, default, required)
-        if v not in choices:
+        if not isinstance(v, str) or v not in choices:
             _fail(self.source, self.prefix + key, v, "one of " + ", ".join(map(repr, choices)))
         return v
 
-    def str(self, key, default=None, *, required=False):
-        v = self._get(key, default, required)
-        if not isinstance(v, str) or not v:
-            _fail(self.source, self.prefix + key, v, "a non-empty string")
+    def name(self, key, *, required=False):
+        v = self._get(key, None, required)
+        if not isinstance(v, str) or not NAME_PATTERN.fullmatch(v) or ".." in v:
+            _fail(self.source, self.prefix + key, v,
+                  "a name of 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit")
         return v
 
     def sub(self, key, *, required=False):
@@ -198,13 +207,14 @@ def model_from_dict(data: Any, source: str = "<inline>") -> ModelSpec:
     r = f.sub("router", required=True)
     router = RouterSpec(
         kind=r.choice("kind", ROUTER_KINDS, required=True),
-        top_k=r.int("top_k", required=True, min_value=1),
-        n_group=r.int("n_group", 1, min_value=1),
-        topk_group=r.int("topk_group", 1, min_value=1),
+        top_k=r.int("top_k", required=True, min_value=1, max_value=MAX_TOP_K),
+        n_group=r.int("n_group", 1, min_value=1, max_value=32),
+        topk_group=r.int("topk_group", 1, min_value=1, max_value=32),
         group_score=r.choice("group_score", GROUP_SCORES, "max"),
         score_bias=r.bool("score_bias", False),
         renormalize=r.bool("renormalize", True),
         routed_scaling_factor=r.float("routed_scaling_factor", 1.0, positive=True),
+        hash_layers=r.int("hash_layers", 0, min_value=0, max_value=1 << 16),
     )
     r.done()
     a = f.sub("activation", required=True)
@@ -218,15 +228,15 @@ def model_from_dict(data: Any, source: str = "<inline>") -> ModelSpec:
     g1b, g2b = b.bool("gemm1", False), b.bool("gemm2", False)
     b.done()
     p = f.sub("parallel")
-    parallel = ParallelSpec(tp_size=p.int("tp_size", 1, min_value=1),
-                            ep_size=p.int("ep_size", 1, min_value=1),
-                            ep_rank=p.int("ep_rank", 0, min_value=0))
+    parallel = ParallelSpec(tp_size=p.int("tp_size", 1, min_value=1, max_value=MAX_INTERMEDIATE),
+                            ep_size=p.int("ep_size", 1, min_value=1, max_value=MAX_EXPERTS),
+                            ep_rank=p.int("ep_rank", 0, min_value=0, max_value=MAX_EXPERTS))
     p.done()
     spec = ModelSpec(
-        name=f.str("name", required=True),
-        num_experts=f.int("num_experts", required=True, min_value=1),
-        hidden_size=f.int("hidden_size", required=True, min_value=1),
-        intermediate_size=f.int("intermediate_size", required=True, min_value=1),
+        name=f.name("name", required=True),
+        num_experts=f.int("num_experts", required=True, min_value=1, max_value=MAX_EXPERTS),
+        hidden_size=f.int("hidden_size", required=True, min_value=MX_GROUP, max_value=MAX_HIDDEN),
+        intermediate_size=f.int("intermediate_size", required=True, min_value=MX_GROUP, max_value=MAX_INTERMEDIATE),
         router=router, activation=activation, gemm1_bias=g1b, gemm2_bias=g2b,
         parallel=parallel, source=source,
     )
@@ -240,11 +250,8 @@ def _validate_model(s: ModelSpec, source: str) -> None:
     for key, v, lo in (("tp_size", p.tp_size, 1), ("ep_size", p.ep_size, 1), ("ep_rank", p.ep_rank, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             _fail(source, f"parallel.{key}", v, f"an integer >= {lo}")
-    # The routing kernel holds one token's scores in a warp: 32 lanes x 32 values.
-    if s.num_experts > 1024:
-        _fail(source, "num_experts", s.num_experts, "at most 1024 (routing keeps one token's scores in a warp)")
-    if r.top_k > min(s.num_experts, 32):
-        _fail(source, "router.top_k", r.top_k, f"at most min(num_experts, 32) = {min(s.num_experts, 32)}")
+    if r.top_k > min(s.num_experts, MAX_TOP_K):
+        _fail(source, "router.top_k", r.top_k, f"at most min(num_experts, {MAX_TOP_K}) = {min(s.num_experts, MAX_TOP_K)}")
     if s.hidden_size % MX_GROUP:
         _fail(source, "hidden_size", s.hidden_size, f"a multiple of {MX_GROUP} (MXFP4 scale group along K)")
     if s.intermediate_size % MX_GROUP:
@@ -252,8 +259,6 @@ def _validate_model(s: ModelSpec, source: str) -> None:
     if r.kind == "sigmoid_group_topk":
         if s.num_experts % r.n_group:
             _fail(source, "router.n_group", r.n_group, f"a divisor of num_experts ({s.num_experts})")
-        if r.n_group > 32:
-            _fail(source, "router.n_group", r.n_group, "at most 32")
         if not 1 <= r.topk_group <= r.n_group:
             _fail(source, "router.topk_group", r.topk_group, f"between 1 and n_group ({r.n_group})")
         if r.topk_group * (s.num_experts // r.n_group) < r.top_k:
@@ -267,8 +272,8 @@ def _validate_model(s: ModelSpec, source: str) -> None:
         if r.topk_group != 1:
             _fail(source, "router.topk_group", r.topk_group,
                   f"1 (grouping needs kind sigmoid_group_topk, not {r.kind})")
-        if r.score_bias:
-            _fail(source, "router.score_bias", True, f"false (score bias needs kind sigmoid_group_topk)")
+    if r.score_bias and r.kind not in SCORE_BIAS_ROUTERS:
+        _fail(source, "router.score_bias", True, f"false (a score bias needs kind {' or '.join(SCORE_BIAS_ROUTERS)})")
     if s.activation.kind == "swiglu" and s.activation.alpha != 1.0:
         _fail(source, "activation.alpha", s.activation.alpha, "1.0 (alpha only applies to swiglu_oai)")
     if s.num_experts % p.ep_size:
@@ -283,66 +288,66 @@ def _validate_model(s: ModelSpec, source: str) -> None:
               f"({s.intermediate_size}/{p.tp_size} = {s.intermediate_size / p.tp_size:g})")
 
 
-def gpu_from_dict(data: Any, source: str = "<inline>") -> GpuSpec:
-    f = _Fields(data, source)
-    cc = f._get("compute_capability", None, True)
-    if not (isinstance(cc, list) and len(cc) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in cc)):
-        _fail(source, "compute_capability", cc, "a list [major, minor] of two integers")
-    spec = GpuSpec(
-        name=f.str("name", required=True),
-        arch=f.choice("arch", ARCHS, required=True),
-        compute_capability=(cc[0], cc[1]),
-        sm_count=f.int("sm_count", required=True, min_value=1),
-        smem_per_block_kib=f.int("smem_per_block_kib", required=True, min_value=1),
-        hbm_bandwidth_tbs=f.float("hbm_bandwidth_tbs", required=True, positive=True),
-        bf16_dense_tflops=f.float("bf16_dense_tflops", required=True, positive=True),
-        source=source,
-    )
-    f.done()
-    expected_cc = {"sm90": (9, 0), "sm100": (10, 0)}[spec.arch]
-    if spec.compute_capability != expected_cc:
-        _fail(source, "compute_capability", list(cc), f"{list(expected_cc)} for arch {spec.arch}")
-    return spec
+# --- files ---------------------------------------------------------------------------------
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last)."""
 
 
-def _read_yaml(path: Path) -> Any:
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (str, int, float, bool)) and key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document at path; any failure is a SpecError naming the file."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory, expected a YAML file") from None
     except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
-        return yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML: {e}") from None
+        raise SpecError(f"{path}: not valid YAML: {_one_line(e)}") from None
 
 
-def _resolve(kind: str, name_or_path: str | Path, config_dir: Path) -> Path:
+def _resolve(name_or_path: str | Path, config_dir: Path) -> Path:
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml"):
+    if p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
         return p
-    candidate = config_dir / kind / f"{name_or_path}.yaml"
-    if not candidate.exists():
-        known = sorted(x.stem for x in (config_dir / kind).glob("*.yaml"))
-        raise SpecError(f"{candidate}: no {kind[:-1]} named {str(name_or_path)!r} (known: {', '.join(known)})")
+    candidate = config_dir / "models" / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(known_models(config_dir))
+        raise SpecError(f"{candidate}: no model named {str(name_or_path)!r} (known: {known}; "
+                        "or give the path of a .yaml/.yml spec)")
     return candidate
 
 
 def load_model(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> ModelSpec:
-    path = _resolve("models", name_or_path, config_dir)
-    spec = model_from_dict(_read_yaml(path), str(path))
+    path = _resolve(name_or_path, config_dir)
+    spec = model_from_dict(read_yaml(path), str(path))
     if path.parent == config_dir / "models" and spec.name != path.stem:
         _fail(str(path), "name", spec.name, f"{path.stem!r} (the file's name)")
     return spec
 
 
-def load_gpu(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> GpuSpec:
-    path = _resolve("hardware", name_or_path, config_dir)
-    return gpu_from_dict(_read_yaml(path), str(path))
-
-
 def known_models(config_dir: Path = CONFIG_DIR) -> list[str]:
     return sorted(p.stem for p in (config_dir / "models").glob("*.yaml"))
-
-
-def known_gpus(config_dir: Path = CONFIG_DIR) -> list[str]:
-    return sorted(p.stem for p in (config_dir / "hardware").glob("*.yaml"))

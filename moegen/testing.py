@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from . import reference
-from .prepare import PreparedWeights, prepare
+from .layout import PreparedWeights
+from .prepare import prepare
 from .spec import ModelSpec
 
 

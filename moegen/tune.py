@@ -1,27 +1,27 @@
 """Per-GPU autotuning: time the built kernels per token-count bucket, write a dispatch table.
 
 The profiler is injected (a callable ``(tokens, gemm1_index, gemm2_index) -> microseconds`` that
-raises on failure), so the search, the bucket logic and the table format are testable without a
-GPU.  A config that fails to launch or to verify scores infinity with its reason; every timing is
-kept in the table next to the GPU and library it was measured on.
+raises on failure; it may return a profiler.Timing, which also carries the SM clock and power), so
+the search, the compaction, the bucket logic and the table format are testable without a GPU.  A
+config that fails to launch or to verify scores infinity with its reason; every timing is kept in
+the table next to the GPU and problem it was measured on.
 """
 from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .build import atomic_write
-from .config_space import KernelConfig
+from .artifact import atomic_write
+from .dispatch import TABLE_SCHEMA, GpuInfo, heuristic_choice, table_path
+from .naming import KernelConfig
+from .problem import ProblemKey, rows_per_expert
 from .spec import ModelSpec
 
-TABLE_SCHEMA = 1
 BUCKETS = tuple(2**i for i in range(15))  # 1, 2, 4, ..., 16384 tokens
 
 Profiler = Callable[[int, int, int], float]
@@ -32,30 +32,15 @@ class TuneError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class GpuInfo:
-    name: str
-    sm_count: int
-    driver: str
-    cuda: str
-
-    @property
-    def slug(self) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-") + f"-{self.sm_count}sm"
-
-
-@dataclass(frozen=True)
 class Measurement:
     tokens: int
     gemm1: str
     gemm2: str
     us: float  # math.inf when the config failed
     reason: str = ""
-
-
-def rows_per_expert(spec: ModelSpec, tokens: int) -> float:
-    """Average rows an expert receives: T * top_k / E over all experts (expert parallelism does not
-    change it, each rank just owns fewer experts)."""
-    return tokens * spec.top_k / spec.num_experts
+    sm_mhz: float | None = None  # median SM clock over the timed replays
+    power_w: float | None = None  # median board power over them
+    stage: str = ""  # "gemm1" / "gemm2": that GEMM's coordinate stage; "confirm": the pair round
 
 
 # Pruning for one bucket: each rule one line, with its reason. The search never times these.
@@ -71,35 +56,25 @@ def pruned(c: KernelConfig, rows: float) -> str | None:
     return next((reason for reason, hit in PRUNE_RULES if hit(c, rows)), None)
 
 
-def heuristic_choice(kernels: list[KernelConfig], spec: ModelSpec, tokens: int) -> tuple[int, int]:
-    """The documented fallback: per GEMM, the smallest block_n covering the average rows per expert
-    (ties: fewer weight rows per CTA, then deeper pipelines), else the largest block_n."""
-    rows = rows_per_expert(spec, tokens)
-    picks = []
-    for gemm in ("gemm1", "gemm2"):
-        cands = [(i, k) for i, k in enumerate(kernels) if k.gemm == gemm]
-        if not cands:
-            raise TuneError(f"the library has no {gemm} kernel")
-        covering = [(k.block_n, k.block_m, -k.stages, i) for i, k in cands if k.block_n >= rows]
-        picks.append(min(covering)[3] if covering else max((k.block_n, -k.block_m, k.stages, i)
-                                                           for i, k in cands)[3])
-    return picks[0], picks[1]
-
-
 # Confirmation: the best few of each GEMM's coordinate stage, every pairing timed again this many
 # times; the pair with the lowest median wins.  One five-replay median did not separate the prefill
-# candidates on the H200 (its T = 4096 pick benched 5 % above its tuner time; docs/benchmarks.md).
+# candidates on the H200 (its T = 4096 pick benched 5 % above its tuner time).
 CONFIRM_TOP = 3
 CONFIRM_ROUNDS = 2
 
 
-def _timed(profiler: Profiler, tokens: int, g1: int, g2: int) -> tuple[float, str]:
+def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], stage: str) -> Measurement:
+    mhz = watts = None
     try:
-        us = float(profiler(tokens, g1, g2))
+        result = profiler(tokens, g1, g2)
+        us = float(result)
+        power = getattr(result, "power", None)
+        if power is not None:
+            mhz, watts = power.sm_mhz_median, power.power_w_median
         reason = "" if math.isfinite(us) else "profiler returned a non-finite time"
     except Exception as e:  # noqa: BLE001 - any failure scores infinity with its reason
-        us, reason = math.inf, f"{type(e).__name__}: {e}"
-    return (us if math.isfinite(us) else math.inf), reason
+        us, reason = math.inf, " ".join(f"{type(e).__name__}: {e}".split())
+    return Measurement(tokens, names[g1], names[g2], us if math.isfinite(us) else math.inf, reason, mhz, watts, stage)
 
 
 def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buckets=BUCKETS,
@@ -111,6 +86,7 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
     The two GEMMs are separate launches sharing only the schedule, so their choices barely interact;
     this costs n1 + n2 + CONFIRM_ROUNDS * CONFIRM_TOP^2 timings per bucket instead of n1 * n2.
     """
+    names = [k.name for k in kernels]
     choices, measurements = {}, []
     for bi, tokens in enumerate(buckets):
         rows = rows_per_expert(spec, tokens)
@@ -122,9 +98,9 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
             results = []
             for i in timed:
                 g1, g2 = (i, fixed) if gemm == "gemm1" else (best["gemm1"][0], i)
-                us, reason = _timed(profiler, tokens, g1, g2)
-                measurements.append(Measurement(tokens, kernels[g1].name, kernels[g2].name, us, reason))
-                results.append((us, i))
+                m = _timed(profiler, tokens, g1, g2, names, gemm)
+                measurements.append(m)
+                results.append((m.us, i))
             us, i = min(results)
             if not math.isfinite(us):
                 raise TuneError(f"T={tokens}: every {gemm} candidate failed; first reason: "
@@ -135,9 +111,9 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
         for _ in range(CONFIRM_ROUNDS):
             for g1 in ranked["gemm1"]:
                 for g2 in ranked["gemm2"]:
-                    us, reason = _timed(profiler, tokens, g1, g2)
-                    measurements.append(Measurement(tokens, kernels[g1].name, kernels[g2].name, us, reason))
-                    times.setdefault((g1, g2), []).append(us)
+                    m = _timed(profiler, tokens, g1, g2, names, "confirm")
+                    measurements.append(m)
+                    times.setdefault((g1, g2), []).append(m.us)
         scored = [(statistics.median(ts), pair) for pair, ts in times.items() if all(math.isfinite(t) for t in ts)]
         if not scored:
             raise TuneError(f"T={tokens}: every confirmed pair failed")
@@ -147,72 +123,103 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
     return choices, measurements
 
 
-def make_table(spec: ModelSpec, arch: str, fingerprint: str, gpu: GpuInfo, kernels: list[KernelConfig],
-               choices: dict[int, tuple[int, int, float]], measurements: list[Measurement]) -> dict:
+def compact(kernels: list[KernelConfig], choices: dict[int, tuple[int, int, float]],
+            measurements: list[Measurement], tolerance: float = 0.01) -> dict[int, tuple[int, int, float]]:
+    """Fewer kernels for (almost) the same speed: per GEMM the smallest set (greedy cover) holding,
+    for every bucket, a kernel within `tolerance` of that bucket's best in the GEMM's coordinate
+    stage (where only that GEMM's kernel varied).  The default build compiles the shipped tables'
+    picks, so this bounds its build time; the layer stays within about 2 x tolerance of the tuned
+    pair.  A bucket whose tuned kernel is in the set keeps it.  Returns choices in search's form; a
+    changed pair's `us` is its best measured time, NaN when it was never timed as a pair."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    picks = {}
+    for slot, gemm in enumerate(("gemm1", "gemm2")):
+        stage: dict[int, dict[int, float]] = {t: {} for t in choices}
+        for m in measurements:
+            if m.stage == gemm and m.tokens in stage and math.isfinite(m.us):
+                k = index[(m.gemm1, m.gemm2)[slot]]
+                stage[m.tokens][k] = min(stage[m.tokens].get(k, math.inf), m.us)
+        for t, pair in choices.items():  # a bucket without stage data keeps its pick
+            stage[t] = stage[t] or {pair[slot]: pair[2]}
+        admissible = {t: {k for k, us in times.items() if us <= (1 + tolerance) * min(times.values())}
+                      | {choices[t][slot]} for t, times in stage.items()}
+        chosen: set[int] = set()
+        uncovered = set(admissible)
+        while uncovered:  # greedy set cover; ties: the kernel the search picked most often, then the lower index
+            counts: dict[int, int] = {}
+            for t in uncovered:
+                for k in admissible[t]:
+                    counts[k] = counts.get(k, 0) + 1
+            k = max(counts, key=lambda k: (counts[k], sum(1 for c in choices.values() if c[slot] == k), -k))
+            chosen.add(k)
+            uncovered = {t for t in uncovered if k not in admissible[t]}
+        picks[slot] = {t: choices[t][slot] if choices[t][slot] in chosen else
+                       min(chosen & admissible[t], key=lambda k: stage[t].get(k, math.inf)) for t in choices}
+    out = {}
+    for t, (g1, g2, us) in choices.items():
+        n1, n2 = picks[0][t], picks[1][t]
+        if (n1, n2) != (g1, g2):
+            pair = [m.us for m in measurements if m.tokens == t and (index[m.gemm1], index[m.gemm2]) == (n1, n2)
+                    and math.isfinite(m.us)]
+            us = min(pair) if pair else math.nan
+        out[t] = (n1, n2, us)
+    return out
+
+
+def make_table(spec: ModelSpec, arch: str, gpu: GpuInfo, kernels: list[KernelConfig],
+               choices: dict[int, tuple[int, int, float]], measurements: list[Measurement],
+               tuned_with: dict | None = None) -> dict:
+    problem = ProblemKey.of(spec)
     return dict(
-        schema=TABLE_SCHEMA, variant=spec.variant, arch=arch, library_fingerprint=fingerprint, gpu=asdict(gpu),
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        buckets=[dict(tokens=t, gemm1=kernels[g1].name, gemm2=kernels[g2].name, us=us)
+        schema=TABLE_SCHEMA, arch=arch, gpu=dict(name=gpu.name, sm_count=gpu.sm_count), problem=asdict(problem),
+        problem_key=problem.slug,
+        tuned_with=dict(driver=gpu.driver, cuda=gpu.cuda, model=spec.variant, kernels=len(kernels),
+                        created=time.strftime("%Y-%m-%d"), **(tuned_with or {})),
+        buckets=[dict(tokens=t, gemm1=kernels[g1].name, gemm2=kernels[g2].name,
+                      us=None if math.isnan(us) else round(us, 2))
                  for t, (g1, g2, us) in sorted(choices.items())],
-        measurements=[dict(asdict(m), us=None if math.isinf(m.us) else m.us) for m in measurements])
+        # every timing: [tokens, gemm1, gemm2, us or null, SM MHz, W, reason]
+        measurements=[[m.tokens, m.gemm1, m.gemm2, None if math.isinf(m.us) else round(m.us, 2),
+                       None if m.sm_mhz is None else round(m.sm_mhz), None if m.power_w is None else round(m.power_w),
+                       m.reason] for m in measurements])
 
 
-def table_path(out_dir: Path, gpu: GpuInfo) -> Path:
-    return out_dir / "dispatch" / f"{gpu.slug}.json"
-
-
-def save_table(out_dir: Path, table: dict) -> Path:
-    path = table_path(out_dir, GpuInfo(**table["gpu"]))
+def save_table(root: Path, table: dict) -> Path:
+    gpu = GpuInfo(table["gpu"]["name"], table["gpu"]["sm_count"])
+    path = table_path(root, table["arch"], gpu, ProblemKey.parse(table["problem_key"]))
     atomic_write(path, json.dumps(table, indent=1) + "\n")
     return path
 
 
-class Dispatch:
-    """Bucket lookup: the table's choice for the smallest bucket >= T (the largest beyond it)."""
+def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kernels: list[KernelConfig] | None = None,
+               build_first: bool = True, jobs: int | None = None, tolerance: float = 0.01,
+               table_root: Path | None = None, log: Callable[[str], None] = print) -> Path:
+    """Build the kernels (the whole space by default), time them on this GPU, write the user table
+    (`<out>/dispatch/...`, or under table_root).  Needs a GPU; checks for one before building."""
+    import torch
 
-    def __init__(self, table: dict, kernel_names: list[str]):
-        rows = sorted(table["buckets"], key=lambda b: b["tokens"])
-        if not rows:
-            raise TuneError("dispatch table has no buckets")
-        index = {n: i for i, n in enumerate(kernel_names)}
-        missing = [n for b in rows for n in (b["gemm1"], b["gemm2"]) if n not in index]
-        if missing:
-            raise TuneError(f"dispatch table names {missing[0]}, which the library does not have")
-        self.tokens = [b["tokens"] for b in rows]
-        self.picks = [(index[b["gemm1"]], index[b["gemm2"]]) for b in rows]
+    from .arch import get_arch
+    from .build import build, output_dir
+    from .dispatch import user_dir
+    from .profiler import LayerProfiler
+    from .runtime import load
 
-    def choose(self, tokens: int) -> tuple[int, int]:
-        for t, pick in zip(self.tokens, self.picks):
-            if tokens <= t:
-                return pick
-        return self.picks[-1]
-
-
-def load_dispatch(out_dir: Path, gpu: GpuInfo, fingerprint: str, kernel_names: list[str]) -> tuple[Dispatch | None, str]:
-    """The table for this GPU and library, or (None, why not)."""
-    path = table_path(out_dir, gpu)
+    if not torch.cuda.is_available():
+        raise TuneError("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it tunes for")
+    if build_first:
+        build(spec, arch, kernels or get_arch(arch).candidate_configs(spec), out_root, jobs=jobs, log=log)
+    layer = load(output_dir(spec, arch, out_root), spec=spec)
+    log(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}")
+    profiler = LayerProfiler(layer)
     try:
-        table = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, f"no dispatch table for {gpu.name} ({gpu.sm_count} SMs) at {path}; run `moegen tune`"
-    except ValueError as e:
-        return None, f"{path}: not valid JSON ({e})"
-    if table.get("schema") != TABLE_SCHEMA:
-        return None, f"{path}: schema {table.get('schema')!r}, expected {TABLE_SCHEMA}; re-run `moegen tune`"
-    if table.get("library_fingerprint") != fingerprint:
-        return None, f"{path}: tuned for another build of the library; re-run `moegen tune`"
-    if GpuInfo(**table["gpu"]) != gpu:
-        return None, f"{path}: tuned on {table['gpu']}, this GPU is {asdict(gpu)}; re-run `moegen tune`"
-    try:
-        return Dispatch(table, kernel_names), ""
-    except TuneError as e:
-        return None, f"{path}: {e}"
-
-
-_warned: set[str] = set()
-
-
-def warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message + " (using the block_n heuristic)", RuntimeWarning, stacklevel=3)
+        choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log)
+    finally:
+        profiler.close()
+    kept = compact(layer.kernels, choices, measurements, tolerance)
+    used = {n for c in kept.values() for n in c[:2]}
+    log(f"compacted to {len(used)} kernels (within {tolerance:.0%} per GEMM of each bucket's best)")
+    table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements,
+                       tuned_with=dict(steady_state=dict(warm_seconds=profiler.warm_seconds,
+                                                         min_seconds=profiler.min_seconds, reps=profiler.reps),
+                                       tolerance=tolerance, torch=torch.__version__))
+    return save_table(table_root or user_dir(out_root), table)

@@ -1,77 +1,95 @@
-"""Build planning (pure, fingerprinted), atomic writes and ptxas log parsing; no nvcc runs here."""
+"""Build planning (pure, fingerprinted) and execution (object store, lock, atomic publish), with a fake
+nvcc (tests/helpers/fake_nvcc.py) so the races and kills of real builds run in CI in seconds."""
 import dataclasses
+import json
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import cutlass_library
 import pytest
+import yaml
 
 from moegen import build, render
-from moegen.build import BuildError, Toolchain, atomic_write, plan_build, ptxas_resources, tree_digest
-from moegen.config_space import KernelConfig, default_configs
-from moegen.spec import load_model
+from moegen.arch import get_arch
+from moegen.artifact import file_sha256, read_manifest
+from moegen.build import BuildError, Toolchain, plan_build, ptxas_resources, tree_digest
+from moegen.naming import KernelConfig
+from moegen.spec import load_model, model_from_dict
 
+ROOT = Path(__file__).resolve().parents[1]
 CUTLASS_INCLUDE = Path(cutlass_library.__file__).resolve().parent / "source" / "include"
 TOOLCHAIN = Toolchain(nvcc="nvcc", nvcc_version="V13.0.88", cutlass_include=CUTLASS_INCLUDE,
                       cutlass_version="4.2.0")
-HEADERS = "h" * 64
 CUTLASS = "c" * 64
+GENERATOR = "g" * 64
+TINY = {"name": "tiny", "num_experts": 8, "hidden_size": 256, "intermediate_size": 128,
+        "router": {"kind": "softmax_topk", "top_k": 2}, "activation": {"kind": "swiglu"}}
 
 
-def plan(spec=None, configs=None, out_dir=Path("/tmp/moegen-test-out"), toolchain=TOOLCHAIN, headers=HEADERS,
-         cutlass=CUTLASS, arch="sm90", include_dir=render.INCLUDE_DIR):
+def default_configs(spec, arch="sm90"):
+    return get_arch(arch).fallback_configs(spec)
+
+
+def plan(spec=None, configs=None, out_root=Path("/tmp/moegen-test-out"), toolchain=TOOLCHAIN, cutlass=CUTLASS,
+         arch="sm90", include_dir=render.INCLUDE_DIR, generator=GENERATOR):
     spec = spec or load_model("qwen3-30b-a3b")
-    configs = default_configs(spec, "sm90") if configs is None else configs
-    return plan_build(spec, arch, configs, out_dir, toolchain, headers_digest=headers, cutlass_digest=cutlass,
-                      include_dir=include_dir)
+    configs = default_configs(spec) if configs is None else configs
+    return plan_build(spec, arch, configs, out_root, toolchain, cutlass_digest=cutlass, include_dir=include_dir,
+                      generator=generator)
 
 
 def commands(p):
     return [c.command for c in p.compiles] + [p.link_command]
 
 
-# --- determinism ------------------------------------------------------------------------------------------
+# --- the plan ---------------------------------------------------------------------------------------------
 
 def test_plan_is_deterministic():
     a, b = plan(), plan()
     assert a == b
-    assert a.fingerprint == b.fingerprint
     assert commands(a) == commands(b)
-    assert [c.fingerprint for c in a.compiles] == [c.fingerprint for c in b.compiles]
-    assert a.sources == b.sources
     assert len(a.fingerprint) == 64 and int(a.fingerprint, 16) >= 0
 
 
 def test_plan_contents():
     spec = load_model("qwen3-30b-a3b")
-    configs = default_configs(spec, "sm90")
-    p = plan(spec, configs)
-    generated = {"problem.h", "layer.cu", *(f"{c.name}.cu" for c in configs)}
-    # plus a snapshot of every project header they include, compiled from src/include
+    configs = default_configs(spec)
+    p = plan(spec, configs, out_root=Path("/x/gen"))
+    assert p.out_dir == Path("/x/gen/qwen3-30b-a3b/sm90") and p.store == Path("/x/gen/.objects")
+    generated = {"layer.cu", "build_info.cu", *(f"{c.name}.cu" for c in configs)}
     snapshot = {n for n in p.sources if n.startswith("include/moegen/")}
     assert set(p.sources) == generated | snapshot
-    assert {"include/moegen/sm90_mxfp4_grouped_gemm.cuh", "include/moegen/moe_routing.cuh"} <= snapshot
+    assert {"include/moegen/sm90/grouped_gemm.cuh", "include/moegen/routing.cuh",
+            "include/moegen/activation.cuh"} <= snapshot
     for name in snapshot:
         assert p.sources[name] == (render.INCLUDE_DIR / name[len("include/"):]).read_text()
-    assert [c.name for c in p.compiles] == [c.name for c in configs] + ["layer"]
+    assert [c.name for c in p.compiles] == [c.name for c in configs] + ["layer", "build_info"]
     assert p.library == f"libmoegen-{p.fingerprint[:16]}.so"
     for step in p.compiles:
         assert step.command[0] == "nvcc"
         assert "-gencode=arch=compute_90a,code=sm_90a" in step.command
         assert f"-I{CUTLASS_INCLUDE}" in step.command and "-Isrc/include" in step.command
-        assert step.command[-4:] == ("-c", f"src/{step.source}", "-o", f"obj/{step.obj}")
-        assert step.obj == f"{step.source[:-3]}-{step.fingerprint[:16]}.o"
-    assert p.link_command[:2] == ("nvcc", "-shared")
-    assert p.link_command[-len(p.compiles):] == tuple(f"obj/{c.obj}" for c in p.compiles)
+        assert step.command[-2:] == ("-c", f"src/{step.source}")
+        assert step.obj == f"{step.fingerprint}.o"
+    assert p.link_command[:4] == ("nvcc", "-shared", "-gencode=arch=compute_90a,code=sm_90a",
+                                  "-Xlinker=--no-undefined")
+    assert p.link_command[-len(p.compiles):] == tuple(f"../../.objects/{c.obj}" for c in p.compiles)
     m = p.manifest
     assert m["fingerprint"] == p.fingerprint and m["library"] == p.library
     assert m["variant"] == "qwen3-30b-a3b" and m["arch"] == "sm90" and m["spec"] == spec.to_dict()
+    assert m["weight_layout"] == "sm90_e2m1_atom64" and m["activation_format"] == "bf16"
+    assert m["compute_capability"] == [9, 0] and m["generator"] == GENERATOR
+    assert m["objects"] == {c.name: c.fingerprint for c in p.compiles}
     assert [k["name"] for k in m["kernels"]] == [c.name for c in configs]
     assert m["toolchain"]["nvcc"] == "V13.0.88" and m["toolchain"]["cutlass"] == "4.2.0"
 
-
-# --- what the fingerprint covers --------------------------------------------------------------------------
 
 def _flip_one_bit(path: Path) -> None:
     data = bytearray(path.read_bytes())
@@ -83,47 +101,63 @@ def _changed_objects(a, b) -> set[str]:
     return {ca.name for ca, cb in zip(a.compiles, b.compiles, strict=True) if ca.obj != cb.obj}
 
 
-def test_fingerprint_follows_header_bytes(tmp_path):
+def _includes_copy(tmp_path):
     inc = tmp_path / "include"
     shutil.copytree(render.INCLUDE_DIR, inc)
-    before = tree_digest(inc)
-    assert before == tree_digest(render.INCLUDE_DIR)  # same content elsewhere: same digest
-    a = plan(headers=before, include_dir=inc)
-    _flip_one_bit(inc / "moegen" / "sm90_mxfp4_grouped_gemm.cuh")
-    after = tree_digest(inc)
-    assert after != before
-    b = plan(headers=after, include_dir=inc)
-    assert a.fingerprint != b.fingerprint
-    assert a.library != b.library
-    # Every GEMM translation unit includes the mainloop (the layer embeds the library fingerprint).
-    assert _changed_objects(a, b) == {c.name for c in a.compiles}
+    return inc
 
 
-def test_routing_header_rebuilds_only_the_layer(tmp_path):
-    inc = tmp_path / "include"
-    shutil.copytree(render.INCLUDE_DIR, inc)
+def test_mainloop_edit_rebuilds_every_gemm_kernel(tmp_path):
+    inc = _includes_copy(tmp_path)
     a = plan(include_dir=inc)
-    _flip_one_bit(inc / "moegen" / "moe_routing.cuh")
+    _flip_one_bit(inc / "moegen" / "sm90" / "grouped_gemm.cuh")
     b = plan(include_dir=inc)
-    assert _changed_objects(a, b) == {"layer"}
-    _flip_one_bit(inc / "moegen" / "moe_common.cuh")  # problem.h includes it: everything
+    assert a.fingerprint != b.fingerprint and a.library != b.library
+    # every GEMM translation unit, and build_info (it embeds the new fingerprint); not the layer
+    assert _changed_objects(a, b) == {c.name for c in a.compiles} - {"layer"}
+
+
+def test_routing_edit_rebuilds_only_the_layer(tmp_path):
+    inc = _includes_copy(tmp_path)
+    a = plan(include_dir=inc)
+    _flip_one_bit(inc / "moegen" / "routing.cuh")
+    b = plan(include_dir=inc)
+    assert _changed_objects(a, b) == {"layer", "build_info"}
+    _flip_one_bit(inc / "moegen" / "common.cuh")  # activation vocabulary: the GEMM kernels and the layer
     c = plan(include_dir=inc)
-    assert _changed_objects(b, c) == {c.name for c in a.compiles}
+    assert _changed_objects(b, c) == {s.name for s in a.compiles}
+
+
+def test_generator_edit_changes_the_library_not_the_objects(tmp_path):
+    """Issue: editing a render function changed every object fingerprint but not the library's."""
+    a, b = plan(generator="1" * 64), plan(generator="2" * 64)
+    assert a.fingerprint != b.fingerprint and a.library != b.library
+    assert _changed_objects(a, b) == {"build_info"}
+    pkg = tmp_path / "moegen"
+    shutil.copytree(ROOT / "moegen", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = build.generator_digest(pkg)
+    render_py = pkg / "render.py"
+    render_py.write_text(render_py.read_text().replace("def _cpp_bool(b: bool) -> str:",
+                                                       "def _cpp_bool(b: bool) -> str:  # edited"))
+    assert build.generator_digest(pkg) != before
+    (pkg / "arch" / "sm90.py").write_text((pkg / "arch" / "sm90.py").read_text() + "\n# edited\n")
+    assert build.generator_digest(pkg) != before
+    bench_py = pkg / "bench.py"  # not the generator: a runtime tool
+    after = build.generator_digest(pkg)
+    bench_py.write_text(bench_py.read_text() + "\n# edited\n")
+    assert build.generator_digest(pkg) == after
 
 
 def test_included_files_follow_quoted_includes_transitively():
-    sources = {"problem.h": '#include "moegen/moe_common.cuh"\n'}
-    deps = build.included_files('#include "problem.h"\n#include <cuda.h>\n#include "moegen/moe_epilogues.cuh"\n',
-                                render.INCLUDE_DIR, sources)
-    assert {"problem.h", "moegen/moe_common.cuh", "moegen/moe_epilogues.cuh", "moegen/sm90_mxfp4_grouped_gemm.cuh",
-            "moegen/gemm_params.cuh", "moegen/mxfp4_convert.cuh", "moegen/pdl.cuh"} == set(deps)
+    deps = build.included_files('#include <cuda.h>\n#include "moegen/sm90/grouped_gemm.cuh"\n', render.INCLUDE_DIR, {})
+    assert {"moegen/sm90/grouped_gemm.cuh", "moegen/sm90/epilogue.cuh", "moegen/sm90/mxfp4_convert.cuh",
+            "moegen/activation.cuh", "moegen/common.cuh", "moegen/gemm_params.cuh", "moegen/pdl.cuh"} == set(deps)
     with pytest.raises(BuildError, match='"moegen/nope.cuh"'):
-        build.included_files('#include "moegen/nope.cuh"\n', render.INCLUDE_DIR, sources)
+        build.included_files('#include "moegen/nope.cuh"\n', render.INCLUDE_DIR, {})
 
 
 def test_tree_digest_sees_renames_and_new_files(tmp_path):
-    inc = tmp_path / "include"
-    shutil.copytree(render.INCLUDE_DIR, inc)
+    inc = _includes_copy(tmp_path)
     before = tree_digest(inc)
     (inc / "moegen" / "abi.h").rename(inc / "moegen" / "abi2.h")
     renamed = tree_digest(inc)
@@ -131,20 +165,15 @@ def test_tree_digest_sees_renames_and_new_files(tmp_path):
     (inc / "moegen" / "extra.cuh").write_text("// new\n")
     added = tree_digest(inc)
     assert added != renamed
-    (inc / "moegen" / "notes.txt").write_text("not a header\n")  # other suffixes are not hashed
+    (inc / "moegen" / "notes.txt").write_text("not a source\n")  # other suffixes are not hashed
     assert tree_digest(inc) == added
 
 
-def test_same_content_at_another_path_gives_same_fingerprint(tmp_path):
-    a_dir, b_dir = tmp_path / "a" / "include", tmp_path / "b" / "elsewhere"
-    shutil.copytree(render.INCLUDE_DIR, a_dir)
-    shutil.copytree(render.INCLUDE_DIR, b_dir)
-    assert tree_digest(a_dir) == tree_digest(b_dir)
-    pa = plan(headers=tree_digest(a_dir), out_dir=tmp_path / "out1")
-    pb = plan(headers=tree_digest(b_dir), out_dir=tmp_path / "out2" / "deeper")
+def test_same_content_elsewhere_gives_the_same_fingerprint(tmp_path):
+    pa = plan(out_root=tmp_path / "out1")
+    pb = plan(out_root=tmp_path / "out2" / "deeper")
     assert pa.fingerprint == pb.fingerprint
     assert [c.obj for c in pa.compiles] == [c.obj for c in pb.compiles]
-    # A toolchain at another path with the same versions and content: same fingerprint.
     moved = dataclasses.replace(TOOLCHAIN, nvcc="/opt/cuda/bin/nvcc", cutlass_include=tmp_path / "cutlass")
     assert plan(toolchain=moved).fingerprint == plan().fingerprint
 
@@ -154,171 +183,262 @@ def test_fingerprint_follows_spec():
     a = plan(base)
     b = plan(base.with_parallel(tp_size=2))
     assert a.fingerprint != b.fingerprint
-    assert a.sources["problem.h"] != b.sources["problem.h"]
     ep = load_model("qwen3-30b-a3b")
-    assert plan(ep.with_parallel(ep_size=4, ep_rank=0)).fingerprint != \
-        plan(ep.with_parallel(ep_size=4, ep_rank=1)).fingerprint
+    e0, e1 = plan(ep.with_parallel(ep_size=4, ep_rank=0)), plan(ep.with_parallel(ep_size=4, ep_rank=1))
+    assert e0.fingerprint != e1.fingerprint
+    assert _changed_objects(e0, e1) == {"layer", "build_info"}  # the ranks share every GEMM object
 
 
 def test_fingerprint_follows_kernel_list():
     spec = load_model("qwen3-30b-a3b")
-    configs = default_configs(spec, "sm90")
+    configs = default_configs(spec)
     a = plan(spec, configs)
     b = plan(spec, [configs[0], next(c for c in configs if c.gemm == "gemm2")])  # one of each GEMM
     c = plan(spec, configs + [KernelConfig("sm90", "gemm1", 64, 32, 64, 4)])
     assert len({a.fingerprint, b.fingerprint, c.fingerprint}) == 3
-    # Unchanged kernels keep their objects (cache hits); only layer.cu changes.
-    assert {s.obj for s in a.compiles if s.name != "layer"} <= {s.obj for s in c.compiles}
-    assert [s.obj for s in a.compiles if s.name == "layer"] != [s.obj for s in c.compiles if s.name == "layer"]
+    assert {s.obj for s in a.compiles if s.name not in ("layer", "build_info")} <= {s.obj for s in c.compiles}
 
 
-def test_fingerprint_follows_toolchain_version():
+def test_fingerprint_follows_toolchain_and_cutlass():
     newer = dataclasses.replace(TOOLCHAIN, nvcc_version="V13.0.89")
     a, b = plan(), plan(toolchain=newer)
     assert a.fingerprint != b.fingerprint
     assert not {c.obj for c in a.compiles} & {c.obj for c in b.compiles}
-    other_cutlass = dataclasses.replace(TOOLCHAIN, cutlass_version="4.3.0")
-    assert plan(toolchain=other_cutlass).fingerprint != a.fingerprint
+    assert plan(toolchain=dataclasses.replace(TOOLCHAIN, cutlass_version="4.3.0")).fingerprint != a.fingerprint
+    assert not {c.obj for c in plan(cutlass="d" * 64).compiles} & {c.obj for c in a.compiles}
 
 
-def test_fingerprint_follows_cutlass_digest():
-    a, b = plan(cutlass="c" * 64), plan(cutlass="d" * 64)
-    assert a.fingerprint != b.fingerprint
-    assert not {c.obj for c in a.compiles} & {c.obj for c in b.compiles}
-
-
-def test_default_digests_are_the_real_trees(monkeypatch):
-    # Without explicit digests plan_build hashes the template tree and the CUTLASS includes.
-    monkeypatch.setattr(build, "_cached_tree_digest", lambda root: f"digest of {root}")
-    p = plan(headers=None, cutlass=None)
-    q = plan(headers=f"digest of {render.TEMPLATE_DIR}", cutlass=f"digest of {CUTLASS_INCLUDE}")
-    assert p.fingerprint == q.fingerprint
-    assert plan(headers=None, cutlass="x").fingerprint != p.fingerprint
-
-
-# --- rejected plans ---------------------------------------------------------------------------------------
-
-def test_rejects_sm100():
+def test_rejected_plans():
     spec = load_model("qwen3-30b-a3b")
-    with pytest.raises(BuildError, match="SM100"):
-        plan(spec, configs=[KernelConfig("sm100", "gemm1", 64, 16, 64, 3)], arch="sm100")
-
-
-def test_rejects_empty_configs():
+    configs = default_configs(spec)
+    with pytest.raises(BuildError, match="arch 'sm75': expected one of"):
+        plan(spec, configs=[KernelConfig("sm75", "gemm1", 64, 16, 64, 3)], arch="sm75")
     with pytest.raises(BuildError, match="no kernel configs"):
         plan(configs=[])
-
-
-@pytest.mark.parametrize("only", ["gemm1", "gemm2"])
-def test_rejects_configs_missing_a_gemm(only):
-    spec = load_model("qwen3-30b-a3b")
-    configs = [c for c in default_configs(spec, "sm90") if c.gemm == only]
-    missing = {"gemm1": "gemm2", "gemm2": "gemm1"}[only]
-    with pytest.raises(BuildError, match=f"no {missing} kernel"):
-        plan(spec, configs)
-
-
-def test_rejects_duplicate_kernels():
-    spec = load_model("qwen3-30b-a3b")
-    configs = default_configs(spec, "sm90")
+    with pytest.raises(BuildError, match="no gemm2 kernel"):
+        plan(spec, [c for c in configs if c.gemm == "gemm1"])
     with pytest.raises(BuildError, match="duplicate kernel names.*" + configs[1].name):
         plan(spec, configs + [configs[1]])
-
-
-def test_rejects_invalid_config():
-    spec = load_model("gpt-oss-120b")
     bad = KernelConfig("sm90", "gemm1", 64, 16, 128, 6)  # 128 does not divide K = 2880
     with pytest.raises(BuildError, match="moegen_sm90_gemm1_m64n16k128s6.*block_k must divide"):
-        plan(spec, default_configs(spec, "sm90") + [bad])
-
-
-# --- atomic_write -----------------------------------------------------------------------------------------
-
-def test_atomic_write_creates_and_replaces(tmp_path):
-    path = tmp_path / "sub" / "manifest.json"
-    atomic_write(path, "first\n")
-    assert path.read_text() == "first\n"
-    atomic_write(path, b"\x00second")
-    assert path.read_bytes() == b"\x00second"
-    assert sorted(os.listdir(path.parent)) == ["manifest.json"]
-
-
-class _Exploding(str):
-    """A str whose encoding fails: the write never gets its bytes."""
-
-    def encode(self, *args, **kwargs):
-        raise OSError("disk full (simulated)")
-
-
-def test_atomic_write_failure_keeps_old_content_and_no_temp(tmp_path):
-    path = tmp_path / "manifest.json"
-    path.write_text("original\n")
-    with pytest.raises(OSError, match="simulated"):
-        atomic_write(path, _Exploding("new content"))
-    assert path.read_text() == "original\n"
-    assert os.listdir(tmp_path) == ["manifest.json"]
-    with pytest.raises(TypeError):
-        atomic_write(path, ["not", "bytes"])
-    assert path.read_text() == "original\n"
-    assert os.listdir(tmp_path) == ["manifest.json"]
-
-
-def test_atomic_write_failure_mid_write(tmp_path, monkeypatch):
-    """Some bytes already written when the write fails: the target still holds the old content."""
-    path = tmp_path / "big.bin"
-    path.write_bytes(b"old")
-    real_fdopen = os.fdopen
-
-    class HalfFile:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(data[: len(data) // 2])
-            self.f.flush()
-            raise OSError("no space left on device (simulated)")
-
-    monkeypatch.setattr(build.os, "fdopen", lambda fd, mode: HalfFile(real_fdopen(fd, mode)))
-    with pytest.raises(OSError, match="simulated"):
-        atomic_write(path, b"x" * 1000)
-    assert path.read_bytes() == b"old"
-    assert os.listdir(tmp_path) == ["big.bin"]
+        plan(load_model("gpt-oss-120b"), default_configs(load_model("gpt-oss-120b")) + [bad])
 
 
 # --- ptxas logs -------------------------------------------------------------------------------------------
 
 PTXAS_LOG = """\
-ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE' for 'sm_90a'
-ptxas info    : Function properties for _ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE
     0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
 ptxas info    : Used 168 registers, used 1 barriers, 512 bytes cmem[0]
 ptxas info    : Compiling entry function '_ZN6moegen12route_kernelEv' for 'sm_90a'
-ptxas info    : Function properties for _ZN6moegen12route_kernelEv
     8 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads
 ptxas info    : Used 90 registers, used 0 barriers, 400 bytes cmem[0]
 """
-SERIALIZED_LOG = """ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage in the function '_ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE'
-"""
-REGISTER_SERIALIZED_LOG = """ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the function '_ZN6moegen4sm9013gemm_kernelILi64ELi16EEEvNS0_10GemmParamsE'
-"""
-CLEAN = {"spill_bytes": 0, "wgmma_serialized": 0}
+SERIALIZED = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+              "to non wgmma instructions defining input registers\n")
 
 
 def test_ptxas_resources():
     assert ptxas_resources(PTXAS_LOG) == {"max_registers": 168, "spill_bytes": 40, "wgmma_serialized": 0}
-    first = PTXAS_LOG.split("ptxas info    : Compiling entry function '_ZN6moegen12route")[0]
-    assert ptxas_resources(first) == {"max_registers": 168, "spill_bytes": 8, "wgmma_serialized": 0}
-    assert ptxas_resources(SERIALIZED_LOG + PTXAS_LOG)["wgmma_serialized"] == 1
-    assert ptxas_resources(REGISTER_SERIALIZED_LOG + PTXAS_LOG)["wgmma_serialized"] == 1  # C7512 counts too
+    assert ptxas_resources(SERIALIZED + PTXAS_LOG)["wgmma_serialized"] == 1
+    assert ptxas_resources(SERIALIZED.replace("C7513", "C7512") + PTXAS_LOG)["wgmma_serialized"] == 1
+    assert ptxas_resources("") == {"max_registers": 0, "spill_bytes": 0, "wgmma_serialized": 0}
 
 
-def test_ptxas_resources_empty_log():
-    assert ptxas_resources("") == {"max_registers": 0, **CLEAN}
-    assert ptxas_resources("src/x.cu(3): error: expected a \";\"\n") == {"max_registers": 0, **CLEAN}
+# --- execution with a fake nvcc ---------------------------------------------------------------------------
+
+FAKE_NVCC = Path(__file__).parent / "helpers" / "fake_nvcc.py"
+
+
+@pytest.fixture
+def fake_toolchain(tmp_path):
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_NVCC}" "$@"\n')
+    wrapper.chmod(0o755)
+    return Toolchain(nvcc=str(wrapper), nvcc_version="V13.0.88", cutlass_include=CUTLASS_INCLUDE,
+                     cutlass_version="4.2.0")
+
+
+def tiny(**changes):
+    return model_from_dict(dict(TINY, **changes), "tiny.yaml")
+
+
+TINY_SETS = {"a": [KernelConfig("sm90", "gemm1", 64, 8, 64, 4), KernelConfig("sm90", "gemm2", 64, 8, 64, 4)],
+             "b": [KernelConfig("sm90", "gemm1", 64, 16, 64, 4), KernelConfig("sm90", "gemm2", 64, 8, 64, 4),
+                   KernelConfig("sm90", "gemm2", 64, 32, 64, 3)]}
+
+
+def embedded_build_info(lib: Path) -> dict:
+    m = re.search(rb'R"moegen\((.*?)\)moegen"', lib.read_bytes(), re.S)
+    assert m, f"{lib}: no build info"
+    return json.loads(m.group(1))
+
+
+def assert_consistent(out_dir: Path) -> dict:
+    """The manifest names a library that exists, has the manifest's sha256, and embeds its fingerprint
+    and kernel table."""
+    m = read_manifest(out_dir)
+    lib = m.library_path
+    assert lib.is_file(), f"{lib} missing"
+    assert file_sha256(lib) == m.library_sha256
+    info = embedded_build_info(lib)
+    assert info["fingerprint"] == m.fingerprint
+    assert info["kernels"] == list(m.kernels)
+    assert [p.name for p in out_dir.glob("libmoegen-*.so")] == [m.library]
+    assert not list(out_dir.glob(".*.tmp"))
+    return info
+
+
+def run(spec, configs, root, toolchain, **kw):
+    return build.build(spec, "sm90", configs, root, jobs=2, log=lambda m: None, toolchain=toolchain, **kw)
+
+
+def test_build_compiles_links_and_is_then_up_to_date(tmp_path, fake_toolchain):
+    root = tmp_path / "gen"
+    first = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    out = first.plan.out_dir
+    assert sorted(first.compiled) == sorted([c.name for c in TINY_SETS["a"]] + ["layer", "build_info"])
+    assert first.resources[TINY_SETS["a"][0].name]["max_registers"] == 42
+    assert_consistent(out)
+    again = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    assert again.up_to_date and not again.compiled
+    assert again.resources == first.resources
+
+
+def test_switching_kernel_sets_reuses_objects(tmp_path, fake_toolchain):
+    """Issue: all -> default -> all deleted the other set's objects and recompiled ~100 units."""
+    root = tmp_path / "gen"
+    run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    b = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
+    assert TINY_SETS["a"][1].name in b.reused  # the shared gemm2 kernel
+    back = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    assert set(back.compiled) <= {"layer", "build_info"}  # every kernel object still cached
+    assert_consistent(back.plan.out_dir)
+
+
+def test_truncated_object_is_rebuilt(tmp_path, fake_toolchain):
+    """Issue: a cached object truncated to 0 bytes linked into a broken .so, then 'up to date'."""
+    root = tmp_path / "gen"
+    first = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    victim = next(c for c in first.plan.compiles if c.name == TINY_SETS["a"][1].name)
+    (root / ".objects" / victim.obj).write_bytes(b"")
+    second = run(tiny(), TINY_SETS["b"], root, fake_toolchain)  # links the truncated object's kernel
+    assert victim.name in second.compiled
+    assert (root / ".objects" / victim.obj).stat().st_size > 0
+    assert_consistent(second.plan.out_dir)
+
+
+def test_empty_object_fails_the_link_instead_of_the_dlopen(tmp_path, fake_toolchain):
+    built = run(tiny(), TINY_SETS["a"], tmp_path / "gen", fake_toolchain)
+    p = plan(tiny(), TINY_SETS["a"], out_root=tmp_path / "gen", toolchain=fake_toolchain)  # another generator
+    assert "-Xlinker=--no-undefined" in p.link_command
+    obj = tmp_path / "gen" / ".objects" / p.compiles[0].obj
+    obj.write_bytes(b"")  # empty, and recorded as such: the store's check passes, the link must not
+    (tmp_path / "gen" / ".objects" / f"{p.compiles[0].obj}.sha256").write_text(file_sha256(obj) + "\n")
+    with pytest.raises(BuildError, match="link of libmoegen-.*failed"):
+        build.run_build(p, jobs=2, log=lambda m: None)
+    # nothing already built is lost, nothing half-written is left
+    assert [x.name for x in p.out_dir.glob("libmoegen-*.so")] == [built.plan.library]
+    assert read_manifest(p.out_dir).library == built.plan.library and not list(p.out_dir.glob(".*.tmp"))
+
+
+_BUILD_SCRIPT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from moegen import build
+    from moegen.build import Toolchain
+    from moegen.naming import parse_kernel_name
+    from moegen.spec import load_model
+    nvcc, cutlass, root, spec_path = sys.argv[1:5]
+    kernels = [parse_kernel_name(n) for n in sys.argv[5].split(",")]
+    tc = Toolchain(nvcc=nvcc, nvcc_version="V13.0.88", cutlass_include=Path(cutlass), cutlass_version="4.2.0")
+    build.build(load_model(spec_path), "sm90", kernels, Path(root), jobs=2, log=lambda m: None, toolchain=tc)
+""")
+
+
+def _start_build(toolchain, root, spec_path, configs, env=None):
+    return subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, toolchain.nvcc, str(toolchain.cutlass_include),
+                             str(root), str(spec_path), ",".join(c.name for c in configs)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_concurrent_builds_of_different_kernel_sets_and_spec_versions(tmp_path, fake_toolchain):
+    """Issue: two builds into one directory, started together, left a manifest naming a deleted or
+    different library in 3-9 rounds of 10-20.  Every round here must end consistent."""
+    root = tmp_path / "gen"
+    v1 = tmp_path / "v1.yaml"
+    v1.write_text(yaml.safe_dump(TINY))
+    v2 = tmp_path / "v2.yaml"  # another version of the same-named spec
+    v2.write_text(yaml.safe_dump(dict(TINY, hidden_size=512)))
+    rounds = [(v1, TINY_SETS["a"], v1, TINY_SETS["b"])] * 6 + [(v1, TINY_SETS["a"], v2, TINY_SETS["a"])] * 6
+    env = {"FAKE_NVCC_SLEEP": "0.05"}
+    for i, (spec_a, set_a, spec_b, set_b) in enumerate(rounds):
+        procs = [_start_build(fake_toolchain, root, spec_a, set_a, env),
+                 _start_build(fake_toolchain, root, spec_b, set_b, env)]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        info = assert_consistent(root / "tiny" / "sm90")
+        assert info["kernels"] in ([c.name for c in set_a], [c.name for c in set_b]), i
+
+
+def test_killed_link_leaves_nothing_behind(tmp_path, fake_toolchain):
+    """Issue: a link killed midway left a 0-byte temporary .so behind for good."""
+    root = tmp_path / "gen"
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(TINY))
+    proc = _start_build(fake_toolchain, root, spec_path, TINY_SETS["a"], {"FAKE_NVCC_LINK_SLEEP": "2"})
+    out = root / "tiny" / "sm90"
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".libmoegen-*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(out.glob(".libmoegen-*.tmp")), "the link never started"
+    # the build's process group: the python build and the fake nvcc it runs
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    subprocess.run(["pkill", "-9", "-f", str(FAKE_NVCC)], check=False)
+    assert not (out / "manifest.json").exists()
+    result = run(model_from_dict(TINY, str(spec_path)), TINY_SETS["a"], root, fake_toolchain)
+    assert not result.up_to_date
+    assert_consistent(out)
+
+
+def test_clean_prunes_only_unreferenced_objects(tmp_path, fake_toolchain):
+    root = tmp_path / "gen"
+    a = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    b = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
+    stale = (root / ".objects" / ".deadbeef.o.999999999.1.tmp")
+    stale.write_bytes(b"junk")  # a dead process's leftover
+    referenced = {c.obj for c in b.plan.compiles}
+    only_a = {c.obj for c in a.plan.compiles} - referenced
+    assert only_a
+    build.clean(root, log=lambda m: None)
+    left = {p.name for p in (root / ".objects").glob("*.o")}
+    assert left == referenced and not stale.exists()
+    assert_consistent(b.plan.out_dir)
+
+
+@pytest.mark.parametrize("make_out, expected", [
+    (lambda tmp: tmp / "file", "exists and is not a directory"),
+    (lambda tmp: tmp / "file" / "below", "a parent is a file"),
+    (lambda tmp: Path("/proc/moegen-out"), "/proc/moegen-out: cannot create the output directory"),
+])
+def test_bad_output_roots_are_one_line_errors(tmp_path, fake_toolchain, make_out, expected):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BuildError) as excinfo:
+        run(tiny(), TINY_SETS["a"], make_out(tmp_path), fake_toolchain)
+    assert expected in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_jobs_must_be_positive(tmp_path, fake_toolchain):
+    with pytest.raises(BuildError, match="--jobs = -1: expected a positive number"):
+        build.build(tiny(), "sm90", TINY_SETS["a"], tmp_path, jobs=-1, log=lambda m: None, toolchain=fake_toolchain)
+
+
+def test_nothing_is_written_outside_the_output_root(tmp_path, fake_toolchain):
+    root = tmp_path / "gen"
+    before = set(tmp_path.iterdir())
+    run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    assert set(tmp_path.iterdir()) - before == {root}

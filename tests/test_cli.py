@@ -1,9 +1,23 @@
-"""Command line: listing and the build command's early failures (no real build runs here)."""
+"""Command line: listing, and every command's early failures as one-line errors (no real build runs
+here, and nothing is written outside --out)."""
+import functools
+
 import pytest
+import yaml
 from click.testing import CliRunner
 
-from moegen import cli
+from moegen import cli, spec as spec_module
+from moegen.arch import get_arch
 from moegen.spec import known_models, load_model
+
+
+def one_line_error(result, *fragments):
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    for f in fragments:
+        assert f in errors[0], result.output
 
 
 @pytest.fixture
@@ -50,16 +64,6 @@ def test_build_unknown_model(runner, no_compiler, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_build_sm100_not_written_yet(runner, no_compiler, tmp_path):
-    result = runner.invoke(cli.main, ["build", "--model", "deepseek-v4-flash", "--arch", "sm100",
-                                      "--out", str(tmp_path)])
-    assert result.exit_code != 0
-    assert "Error:" in result.output
-    assert "SM100" in result.output and "sm90 only" in result.output
-    assert "Traceback" not in result.output
-    assert not any(tmp_path.iterdir())
-
-
 def test_build_unknown_arch_is_a_usage_error(runner, no_compiler, tmp_path):
     result = runner.invoke(cli.main, ["build", "--model", "deepseek-v4-flash", "--arch", "sm80",
                                       "--out", str(tmp_path)])
@@ -91,13 +95,13 @@ def test_build_bad_kernel_names(runner, no_compiler, tmp_path):
     result = runner.invoke(cli.main, ["build", "--model", "gpt-oss-20b", "--arch", "sm90", "--kernels",
                                       "moegen_sm100_gemm1_m64n16k64s3", "--out", str(tmp_path)])
     assert result.exit_code != 0
-    assert "moegen_sm100_gemm1_m64n16k64s3: not an sm90 kernel" in result.output
+    assert "--kernels: moegen_sm100_gemm1_m64n16k64s3 is not an sm90 kernel" in result.output
 
 
 def test_build_reaches_the_builder_with_default_configs(runner, monkeypatch, tmp_path):
     """A valid command hands the spec and the default configs to moegen.build.build (faked here)."""
     from moegen import build
-    from moegen.config_space import default_configs
+    from moegen.kernel_sets import default_kernels
     seen = {}
 
     def fake_build(spec, arch, configs, root, jobs=None, log=print):
@@ -109,6 +113,92 @@ def test_build_reaches_the_builder_with_default_configs(runner, monkeypatch, tmp
                                       "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert seen["spec"].variant == "gpt-oss-20b-tp2" and seen["arch"] == "sm90" and seen["jobs"] == 3
-    assert seen["configs"] == default_configs(seen["spec"], "sm90")
+    assert seen["configs"] == default_kernels(seen["spec"], "sm90")
     assert seen["root"] == tmp_path
     assert result.output.strip().endswith(str(tmp_path / "gpt-oss-20b-tp2" / "sm90"))
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--jobs", "-1"], ["--jobs", "-1 is not in the range x>=1"]),
+    (["--jobs", "0"], ["--jobs"]),
+    (["--kernels", ""], ["--kernels ''"]),
+    (["--kernels", "moegen_sm90_gemm1_m64n24k64s3,moegen_sm90_gemm2_m64n8k64s3"], ["block_n = 24 is not on the sm90 axis"]),
+    (["--tp", "0"], ["--tp"]),
+])
+def test_build_bad_options_are_one_line_errors(runner, no_compiler, tmp_path, args, fragments):
+    result = runner.invoke(cli.main, ["build", "--model", "deepseek-v4-flash", "--arch", "sm90",
+                                      "--out", str(tmp_path / "out"), *args])
+    one_line_error(result, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("make_out, fragments", [
+    (lambda tmp: tmp / "a-file", ["a-file: exists and is not a directory"]),
+    (lambda tmp: "/proc/moegen", ["/proc/moegen: cannot create the output directory"]),
+])
+def test_build_bad_out_is_a_one_line_error(runner, monkeypatch, tmp_path, make_out, fragments):
+    from moegen import build
+    monkeypatch.setattr(build, "find_toolchain", lambda: build.Toolchain("nvcc", "V13.0.88", tmp_path, "4.2.0"))
+    monkeypatch.setattr(build, "_cached_tree_digest", lambda root: "c" * 64)
+    (tmp_path / "a-file").write_text("x")
+    result = runner.invoke(cli.main, ["build", "--model", "qwen3-30b-a3b", "--arch", "sm90",
+                                      "--out", str(make_out(tmp_path))])
+    one_line_error(result, *fragments)
+
+
+def test_build_spec_name_cannot_escape_out(runner, no_compiler, tmp_path):
+    path = tmp_path / "evil.yaml"
+    data = yaml.safe_load((spec_module.CONFIG_DIR / "models" / "qwen3-30b-a3b.yaml").read_text())
+    path.write_text(yaml.safe_dump(dict(data, name="../../../escaped")))
+    result = runner.invoke(cli.main, ["build", "--model", str(path), "--arch", "sm90", "--out", str(tmp_path / "o")])
+    one_line_error(result, "evil.yaml: field 'name' = '../../../escaped'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.yaml"]
+
+
+def test_list_reports_a_broken_spec_and_lists_the_others(runner, monkeypatch, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("qwen3-30b-a3b", "gpt-oss-20b"):
+        (models / f"{name}.yaml").write_text((spec_module.CONFIG_DIR / "models" / f"{name}.yaml").read_text())
+    (models / "broken.yaml").write_text("name: broken\nnum_experts: [\n")
+    monkeypatch.setattr(cli, "known_models", functools.partial(known_models, tmp_path))
+    monkeypatch.setattr(cli, "load_model", functools.partial(load_model, config_dir=tmp_path))
+    result = runner.invoke(cli.main, ["list"])
+    assert result.exit_code == 1
+    assert "qwen3-30b-a3b: 128 experts" in result.output and "gpt-oss-20b: 32 experts" in result.output
+    one_line_error(result, "broken.yaml: not valid YAML")
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--buckets", "1,x"], ["--buckets", "'1,x': expected comma-separated integers"]),
+    (["--buckets", "0,4"], ["--buckets", "token counts >= 1"]),
+    (["--tolerance", "2"], ["--tolerance"]),
+    ([], ["no CUDA GPU visible to PyTorch"]),  # this machine has none: said before any build
+])
+def test_tune_fails_early(runner, no_compiler, tmp_path, args, fragments):
+    result = runner.invoke(cli.main, ["tune", "--model", "qwen3-30b-a3b", "--out", str(tmp_path / "o"), *args])
+    one_line_error(result, *fragments)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["bench", "check", "sass"])
+def test_commands_on_a_missing_build_are_one_line_errors(runner, tmp_path, command):
+    extra = ["--tokens", "1,2"] if command != "sass" else []
+    result = runner.invoke(cli.main, [command, "--model", "qwen3-30b-a3b", "--out", str(tmp_path), *extra])
+    one_line_error(result, "manifest.json: no manifest; run `moegen build` first")
+
+
+def test_bench_bad_tokens(runner, tmp_path):
+    result = runner.invoke(cli.main, ["bench", "--model", "qwen3-30b-a3b", "--tokens", "4,-1", "--out", str(tmp_path)])
+    one_line_error(result, "--tokens")
+
+
+def test_clean_on_an_empty_root(runner, tmp_path):
+    result = runner.invoke(cli.main, ["clean", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+
+
+def test_default_kernels_fall_back_to_the_arch_defaults_without_tables(tmp_path):
+    from moegen.kernel_sets import default_kernels
+    spec = load_model("qwen3-30b-a3b").with_parallel(tp_size=4)  # no table ships for this split
+    assert default_kernels(spec, "sm90", shipped_root=tmp_path) == get_arch("sm90").fallback_configs(spec)

@@ -1,8 +1,11 @@
-"""The fused layer on an SM90 GPU against the float64 reference (marker `gpu`; skipped without one).
+"""The layer on an SM90 GPU against the float64 reference (marker `gpu`; skipped without one).
 
-Builds (or reuses, by fingerprint) generated/<variant>/sm90 for each variant, draws fresh random
-inputs per case, poisons outputs and workspace, and checks relative L2 error <= 1e-2, no NaN, and
-the router's choice against the reference router wherever the choice is not a near tie.
+Builds (or reuses, by fingerprint) each variant's library under generated/_gputest, draws fresh
+random inputs per case (the seed is printed; MOEGEN_TEST_SEED repeats a run), poisons outputs and
+workspace, and checks relative L2 error <= 1e-2, no NaN, and the router's choice against the
+reference router wherever the choice is not a near tie.  Both entry points: the fused layer and the
+experts-only call on the caller's routing (with an expert map, int32 and int64 ids, a caller's
+output buffer), under CUDA graphs and torch.compile, T = 0, skewed routing, and batch invariance.
 """
 import os
 import random
@@ -18,8 +21,9 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import OUT, VARIANTS, gpu_test_configs, variant_spec  # noqa: E402
+from gpu_variants import OUT, STORE, VARIANTS, gpu_test_configs, variant_spec  # noqa: E402
 from moegen.build import build  # noqa: E402
+from moegen.routing import hash_route  # noqa: E402
 from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
@@ -27,7 +31,7 @@ TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block 
 TOLERANCE = 1e-2
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
 _SEED = int(os.environ.get("MOEGEN_TEST_SEED", random.randrange(1 << 30)))
-
+print(f"\nmoegen GPU tests: seed {_SEED} (MOEGEN_TEST_SEED={_SEED} repeats this run)")
 
 _layers, _weights = {}, {}
 
@@ -35,7 +39,7 @@ _layers, _weights = {}, {}
 def _layer(variant):
     if variant not in _layers:
         spec = variant_spec(variant)
-        build(spec, "sm90", gpu_test_configs(spec), OUT, log=lambda m: None)
+        build(spec, "sm90", gpu_test_configs(variant), OUT, log=lambda m: None, store=STORE)
         _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
     if variant not in _weights:
         _weights.clear()  # one model's weights on the GPU at a time
@@ -91,7 +95,7 @@ def test_bf16_router_logits(variant, T):
 
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-20b-tp2"])
 def test_every_kernel_is_correct(variant):
-    """Each built kernel, not just the one the heuristic picks, at a decode and a prefill size."""
+    """Each built kernel, not just the one the dispatch picks, at a decode and a prefill size."""
     layer, _ = _layer(variant)
     g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
     g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
@@ -123,6 +127,136 @@ def test_cuda_graph_replay(T):
         assert torch.equal(res.out, eager.out), "graph replay differs from eager"
 
 
+# --- the experts-only entry point ---------------------------------------------------------------------
+
+def _local_reference(spec, w, x, ids, weights):
+    return reference.moe(spec, x.hidden, ids.long(), weights.double(), reference.MXFP4Experts(w.w13, w.s13),
+                         reference.MXFP4Experts(w.w2, w.s2), w.b13, w.b2)
+
+
+@pytest.mark.parametrize("T", (0, 1, 33, 1024))
+@pytest.mark.parametrize("variant", ["qwen3-30b-a3b-ep1of4", "gpt-oss-120b", "deepseek-v4-flash-ep1of8"])
+def test_experts_on_callers_routing(variant, T):
+    """Global top-k ids (int32 and int64) and weights from the caller; slots on other ranks add zero."""
+    layer, w = _layer(variant)
+    spec = layer.spec
+    g = torch.Generator(device="cuda").manual_seed(_SEED + T)
+    x = random_inputs(spec, T, "cuda", _SEED + 3 * T)
+    ids = torch.stack([torch.randperm(spec.num_experts, generator=g, device="cuda")[:spec.top_k] for _ in range(T)]) \
+        if T else torch.empty((0, spec.top_k), dtype=torch.int64, device="cuda")
+    if T:  # some tokens entirely off this rank, some entirely on it
+        ids[0] = (spec.expert_begin + spec.local_experts + torch.arange(spec.top_k, device="cuda")) % spec.num_experts
+        ids[-1] = spec.expert_begin + torch.arange(spec.top_k, device="cuda") % spec.local_experts
+    weights = torch.rand((T, spec.top_k), generator=g, device="cuda")
+    ref = _local_reference(spec, w, x, ids, weights)
+    for dtype in (torch.int32, torch.int64):
+        out = layer.experts(x.hidden, ids.to(dtype), weights, w.prepared, poison=True)
+        torch.cuda.synchronize()
+        assert out.shape == (T, spec.hidden_size)
+        if T:
+            assert not torch.isnan(out).any()
+            err = relative_l2(out, ref)
+            print(f"experts {variant} T={T} {dtype}: rel L2 {err:.2e}")
+            assert err <= TOLERANCE
+            if spec.local_experts < spec.num_experts and not spec.gemm2_bias:
+                assert torch.count_nonzero(out[0]) == 0  # every slot off this rank
+    if T:  # a caller's buffer
+        buf = torch.full((T, spec.hidden_size), float("nan"), dtype=torch.bfloat16, device="cuda")
+        assert layer.experts(x.hidden, ids, weights, w.prepared, out=buf) is buf
+        assert torch.equal(buf, layer.experts(x.hidden, ids, weights, w.prepared))
+
+
+def test_expert_map_places_experts():
+    """An explicit global -> local map (-1: not here), scattered, on an unsplit build."""
+    layer, w = _layer("qwen3-30b-a3b")
+    spec = layer.spec
+    T = 300
+    x = random_inputs(spec, T, "cuda", _SEED + 17)
+    g = torch.Generator(device="cuda").manual_seed(_SEED + 17)
+    ids = torch.stack([torch.randperm(spec.num_experts, generator=g, device="cuda")[:spec.top_k] for _ in range(T)])
+    weights = torch.rand((T, spec.top_k), generator=g, device="cuda")
+    # global expert e lives at local slot perm[e]; a third of the experts are "on another rank"
+    perm = torch.randperm(spec.num_experts, generator=g, device="cuda")
+    expert_map = perm.to(torch.int32).clone()
+    away = torch.arange(spec.num_experts, device="cuda") % 3 == 0
+    expert_map[away] = -1
+    out = layer.experts(x.hidden, ids, weights, w.prepared, expert_map=expert_map, poison=True)
+    # the reference: the same weights, the global expert e computed by local expert perm[e]
+    local_of = expert_map.long()
+    keep = local_of[ids] >= 0
+    ref = reference.moe(spec, x.hidden, local_of[ids].clamp(min=0), (weights * keep).double(),
+                        reference.MXFP4Experts(w.w13, w.s13), reference.MXFP4Experts(w.w2, w.s2), w.b13, w.b2)
+    err = relative_l2(out, ref)
+    print(f"expert map: rel L2 {err:.2e}")
+    assert err <= TOLERANCE
+
+
+def test_hash_routed_layer():
+    """DeepSeek-V4's hash layers: ids from tid2eid[input_ids], weights from the router's scores."""
+    layer, w = _layer("deepseek-v4-flash")
+    spec = layer.spec
+    T, vocab = 77, 1000
+    g = torch.Generator(device="cuda").manual_seed(_SEED + 23)
+    tid2eid = torch.stack([torch.randperm(spec.num_experts, generator=g, device="cuda")[:spec.top_k]
+                           for _ in range(vocab)]).to(torch.int32)
+    input_ids = torch.randint(0, vocab, (T,), generator=g, device="cuda")
+    x = random_inputs(spec, T, "cuda", _SEED + 23)
+    ids, weights = hash_route(spec, x.logits, tid2eid, input_ids)
+    assert torch.equal(ids, tid2eid[input_ids])
+    out = layer.experts(x.hidden, ids, weights, w.prepared, poison=True)
+    ref_weights = reference.route_weights(spec, x.logits, x.score_bias, ids.long())
+    torch.testing.assert_close(weights.double(), ref_weights, rtol=1e-5, atol=1e-6)
+    err = relative_l2(out, reference.moe(spec, x.hidden, ids.long(), ref_weights,
+                                         reference.MXFP4Experts(w.w13, w.s13), reference.MXFP4Experts(w.w2, w.s2)))
+    assert err <= TOLERANCE
+
+
+@pytest.mark.parametrize("T", (0, 5, 600))
+def test_both_entry_points_under_cuda_graphs_and_torch_compile(T):
+    layer, w = _layer("gpt-oss-20b")
+    spec = layer.spec
+    x = random_inputs(spec, T, "cuda", _SEED + 29)
+    fused = layer(x.hidden, x.logits, w.prepared)
+    experts = layer.experts(x.hidden, fused.topk_ids, fused.topk_weights, w.prepared)
+    assert torch.equal(experts, fused.out)  # the same rows, summed in the same order
+    compiled_fused = torch.compile(lambda h, l: layer(h, l, w.prepared).out, fullgraph=True)
+    compiled_experts = torch.compile(lambda h, i, wt: layer.experts(h, i, wt, w.prepared), fullgraph=True)
+    assert torch.equal(compiled_fused(x.hidden, x.logits), fused.out)
+    assert torch.equal(compiled_experts(x.hidden, fused.topk_ids, fused.topk_weights), fused.out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_fused = layer(x.hidden, x.logits, w.prepared)
+        g_experts = layer.experts(x.hidden, fused.topk_ids, fused.topk_weights, w.prepared)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(g_fused.out, fused.out) and torch.equal(g_experts, fused.out)
+
+
+# --- batch invariance ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-120b"])
+def test_batch_invariance(variant):
+    """A token's output is bitwise the same alone and inside batches of any size, whichever kernels
+    the dispatch picks for them (each T below is its own bucket)."""
+    layer, w = _layer(variant)
+    spec = layer.spec
+    big = random_inputs(spec, 4096, "cuda", _SEED + 31)
+    alone = []
+    probe = list(range(0, 4096, 512))[:8]
+    for t in probe:
+        r = layer(big.hidden[t:t + 1].contiguous(), big.logits[t:t + 1].contiguous(), w.prepared, big.score_bias)
+        alone.append(r.out)
+    for T in (8, 64, 512, 4096):
+        idx = torch.tensor(probe, device="cuda")[:T]
+        rows = torch.cat([idx, torch.arange(4096, device="cuda")[~torch.isin(torch.arange(4096, device="cuda"), idx)]])
+        rows = rows[:T]
+        res = layer(big.hidden[rows].contiguous(), big.logits[rows].contiguous(), w.prepared, big.score_bias)
+        for j, t in enumerate(probe[:min(T, len(probe))]):
+            assert torch.equal(res.out[j], alone[j][0]), f"token {t} differs inside T={T} ({layer.choose_kernels(T)})"
+
+
+# --- argument checks ----------------------------------------------------------------------------------
+
 def test_input_checks():
     layer, w = _layer("deepseek-v4-flash")
     spec = layer.spec
@@ -133,43 +267,51 @@ def test_input_checks():
         layer(x.hidden, x.logits[:, :255].contiguous(), w.prepared, x.score_bias)
     with pytest.raises(ValueError, match="router_logits: not contiguous"):
         layer(x.hidden, x.logits.t().contiguous().t(), w.prepared, x.score_bias)
-    with pytest.raises(ValueError, match="score_bias: required"):
+    with pytest.raises(ValueError, match="router_logits: dtype torch.float16"):
+        layer(x.hidden, x.logits.half(), w.prepared, x.score_bias)
+    with pytest.raises(ValueError, match="score_bias: None"):
         layer(x.hidden, x.logits, w.prepared, None)
     with pytest.raises(ValueError, match="hidden_states: on cpu"):
         layer(x.hidden.cpu(), x.logits, w.prepared, x.score_bias)
-    with pytest.raises(ValueError, match="not 16-byte aligned"):
+    with pytest.raises(ValueError, match=r"hidden_states: shape \(4, 4095\), expected \(4, 4096\)"):
+        layer(x.hidden[:, :4095].contiguous(), x.logits, w.prepared, x.score_bias)
+    with pytest.raises(ValueError, match="not 16-byte aligned|16-byte alignment"):
         buf = torch.empty(4 * spec.hidden_size + 1, dtype=torch.bfloat16, device="cuda")
         layer(buf[1:].view(4, spec.hidden_size), x.logits, w.prepared, x.score_bias)
     with pytest.raises(RuntimeError, match="gemm1_kernel = 99"):
         layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(99, 0))
+    with pytest.raises(ValueError, match="weights: prepared in layout 'other'"):
+        layer(x.hidden, x.logits, replace(w.prepared, layout="other"), x.score_bias)
+    g1 = w.prepared.gemm1
+    with pytest.raises(ValueError, match="weights.gemm1.w: shape"):
+        layer(x.hidden, x.logits, replace(w.prepared, gemm1=replace(g1, w=g1.w[:1])), x.score_bias)
+    # the public custom op checks its arguments too
+    with pytest.raises(ValueError, match="handle 12345: not a loaded moegen library"):
+        torch.ops.moegen.moe_forward(12345, x.hidden, x.logits, x.score_bias, g1.w, g1.scales, g1.expert_scale,
+                                     None, g1.w, g1.scales, g1.expert_scale, None, 0, 0)
+    ids = torch.zeros((4, spec.top_k + 1), dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"topk_ids: shape \(4, 7\), expected \(4, 6\)"):
+        layer.experts(x.hidden, ids, torch.ones_like(ids, dtype=torch.float32), w.prepared)
+    with pytest.raises(ValueError, match="topk_ids: dtype torch.float32"):
+        layer.experts(x.hidden, ids[:, :6].float(), ids[:, :6].float(), w.prepared)
+    with pytest.raises(ValueError, match=r"expert_map: shape \(255,\), expected \(256,\)"):
+        layer.experts(x.hidden, ids[:, :6].contiguous(), ids[:, :6].float(), w.prepared,
+                      expert_map=torch.zeros(255, dtype=torch.int32, device="cuda"))
+    assert layer.library.workspace_bytes(2**31) == 0 and layer.library.workspace_bytes(-1) == 0
 
 
-def test_dispatch_table_is_used_and_missing_table_warns(tmp_path):
-    """With no table for this GPU the runtime warns once and uses the heuristic; with one it follows it."""
-    import json
+def test_dispatch_without_a_table_warns_and_uses_the_heuristic(tmp_path):
     import shutil
     import warnings
 
-    from moegen import tune
+    from moegen import dispatch
 
-    layer, _ = _layer("qwen3-30b-a3b")
-    copy = tmp_path / "qwen3"
-    shutil.copytree(layer.out_dir, copy, ignore=shutil.ignore_patterns("obj", "src", "logs", "dispatch"))
-    plain = load(copy, spec=layer.spec)
-    tune._warned.clear()
+    layer, _ = _layer("grouped-64e")  # a test-only problem: no table ships for it
+    copy = tmp_path / "root" / "grouped-64e" / "sm90"
+    shutil.copytree(layer.out_dir, copy, ignore=shutil.ignore_patterns("obj", "src", "logs"))
+    dispatch._warned.clear()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert plain.choose_kernels(1) == tune.heuristic_choice(plain.kernels, plain.spec, 1)
-        plain.choose_kernels(4096)
-    assert len([w for w in seen if "no dispatch table" in str(w.message)]) == 1
-    g1 = [i for i, k in enumerate(plain.kernels) if k.gemm == "gemm1"]
-    g2 = [i for i, k in enumerate(plain.kernels) if k.gemm == "gemm2"]
-    # a table that picks the *non*-heuristic kernels, so following it is observable
-    pick = (g1[-1], g2[0])
-    choices = {1: (pick[0], pick[1], 1.0), 8: (g1[0], g2[-1], 2.0)}
-    table = tune.make_table(plain.spec, "sm90", plain.manifest["fingerprint"], plain.gpu, plain.kernels, choices, [])
-    tune.save_table(copy, table)
-    tuned = load(copy, spec=layer.spec)
-    assert tuned.dispatch is not None, tuned.dispatch_note
-    assert tuned.choose_kernels(1) == pick and tuned.choose_kernels(5) == (g1[0], g2[-1])
-    assert json.loads(tune.table_path(copy, tuned.gpu).read_text())["buckets"][0]["tokens"] == 1
+        plain = load(copy, spec=layer.spec)
+    assert plain.dispatch is None and any("heuristic" in str(s.message) for s in seen)
+    assert plain.choose_kernels(1) == dispatch.heuristic_choice(plain.kernels, plain.spec, 1)

@@ -12,9 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from moegen import build, render, runtime
-from moegen.build import BuildError, file_sha256, ptxas_resources
-from moegen.config_space import KernelConfig
+from moegen import artifact, binding, build, render, runtime
+from moegen.artifact import file_sha256
+from moegen.build import BuildError, ptxas_resources
+from moegen.naming import KernelConfig
 from moegen.spec import model_from_dict
 
 pytestmark = pytest.mark.nvcc
@@ -53,25 +54,17 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def dll(built):
-    d = ctypes.CDLL(str(built.out / built.manifest["library"]))
-    d.moegen_abi_version.restype = ctypes.c_int
-    d.moegen_num_kernels.restype = ctypes.c_int
-    d.moegen_kernel_name.argtypes = [ctypes.c_int]
-    d.moegen_kernel_name.restype = ctypes.c_char_p
-    d.moegen_build_info.restype = ctypes.c_char_p
-    d.moegen_workspace_bytes.argtypes = [ctypes.c_int32]
-    d.moegen_workspace_bytes.restype = ctypes.c_size_t
-    return d
+def lib(built):
+    return binding.Library(built.out / built.manifest["library"])
 
 
 def test_build_result(built):
     r = built.result
     assert r.plan.out_dir == built.out
     assert not r.up_to_date
-    assert sorted(r.compiled) == sorted(NAMES + ["layer"])
+    assert sorted(r.compiled) == sorted(NAMES + ["layer", "build_info"])
     assert r.reused == []
-    assert any("compiling 3 translation unit(s)" in m for m in built.logs)
+    assert any("compiling 4 translation unit(s)" in m for m in built.logs)
     print(f"\ntiny build: {built.seconds:.1f} s")
 
 
@@ -85,33 +78,62 @@ def test_manifest(built):
     assert m["toolchain"]["nvcc"].startswith("V") and m["toolchain"]["cutlass"].count(".") == 2
     assert "-gencode=arch=compute_90a,code=sm_90a" in m["toolchain"]["flags"]
     assert m["spec"] == TINY.to_dict() and m["variant"] == "tiny" and m["arch"] == "sm90"
-    assert m["abi_version"] == build.ABI_VERSION and m["schema"] == build.MANIFEST_SCHEMA
-    assert set(m["resources"]) == set(NAMES + ["layer"])
+    assert m["abi_version"] == artifact.ABI_VERSION and m["schema"] == artifact.MANIFEST_SCHEMA
+    assert set(m["resources"]) == set(NAMES + ["layer", "build_info"])
     # Only the fingerprinted library; temp files renamed away.
     assert [p.name for p in out.glob("libmoegen-*.so")] == [m["library"]]
-    assert not list(out.rglob(".*tmp*"))
+    assert not list(built.root.rglob(".*tmp*"))
     assert sorted(p.name for p in (out / "src").iterdir()) == sorted(
-        [f"{n}.cu" for n in NAMES] + ["layer.cu", "problem.h", "include"])
+        [f"{n}.cu" for n in NAMES] + ["layer.cu", "build_info.cu", "include"])
     # the header snapshot the objects were compiled from
-    assert (out / "src" / "include" / "moegen" / "sm90_mxfp4_grouped_gemm.cuh").read_text() == \
-        (render.INCLUDE_DIR / "moegen" / "sm90_mxfp4_grouped_gemm.cuh").read_text()
+    assert (out / "src" / "include" / "moegen" / "sm90" / "grouped_gemm.cuh").read_text() == \
+        (render.INCLUDE_DIR / "moegen" / "sm90" / "grouped_gemm.cuh").read_text()
+    assert sorted(p.name for p in (built.root / ".objects").glob("*.o")) == \
+        sorted(f"{fp}.o" for fp in m["objects"].values())
 
 
-def test_library_c_abi(built, dll):
-    assert dll.moegen_abi_version() == 1
-    assert dll.moegen_num_kernels() == 2
-    assert [dll.moegen_kernel_name(i).decode() for i in range(2)] == NAMES
-    assert dll.moegen_kernel_name(2) is None and dll.moegen_kernel_name(-1) is None
-    info = json.loads(dll.moegen_build_info().decode())
+def test_library_c_abi(built, lib):
+    """Loads on a machine without a GPU; binding.Library checks the ABI version and that every struct
+    is laid out as moegen.binding mirrors it."""
+    assert lib.dll.moegen_abi_version() == artifact.ABI_VERSION
+    assert lib.kernel_names() == NAMES
+    assert lib.dll.moegen_kernel_name(2) is None and lib.dll.moegen_kernel_name(-1) is None
+    info = lib.build_info()
     assert info["fingerprint"] == built.manifest["fingerprint"]
-    assert info["kernels"] == NAMES and info["spec"] == TINY.to_dict() and info["abi_version"] == 1
+    assert info["kernels"] == NAMES and info["spec"] == TINY.to_dict() and info["abi_version"] == artifact.ABI_VERSION
+    for name, struct in binding.STRUCTS.items():
+        assert lib.dll.moegen_struct_layout(name.encode()).decode() == binding.ctypes_layout(struct)
+    assert lib.dll.moegen_struct_layout(b"nope") is None
 
 
-def test_workspace_bytes(dll):
-    sizes = [dll.moegen_workspace_bytes(t) for t in (0, 1, 16, 1024, 65536)]
+def test_abi_header_fields_match_the_binding():
+    """abi.h's struct fields, in order, are the ctypes mirror's (and the layout macro's)."""
+    text = (render.INCLUDE_DIR / "moegen" / "abi.h").read_text()
+    for name, struct in binding.STRUCTS.items():
+        body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (name, name), text, re.S).group(1)
+        fields = re.findall(r"(\w+);", re.sub(r"//.*", "", body))
+        assert fields == [f for f, _ in struct._fields_], name
+
+
+def test_struct_layout_mismatch_is_a_load_error(built, monkeypatch):
+    class Shifted(binding.ctypes.Structure):
+        _fields_ = [("num_tokens", binding.ctypes.c_int32)] + binding.Args._fields_[1:]
+
+    monkeypatch.setitem(binding.STRUCTS, "moegen_args", Shifted)
+    with pytest.raises(artifact.ArtifactError, match="struct moegen_args is laid out as"):
+        binding.Library(built.out / built.manifest["library"])
+
+
+def test_workspace_bytes(lib):
+    sizes = [lib.workspace_bytes(t) for t in (0, 1, 16, 1024, 65536)]
     assert sizes[0] > 0
     assert all(a < b for a, b in zip(sizes, sizes[1:]))
     assert all(s % 256 == 0 for s in sizes)
+    # token counts outside [0, max] give 0, never an overflowed size
+    assert lib.max_tokens == (2**31 - 1) // 2 // 32  # tiny: hidden 256 -> 32 vectors of 8 per row
+    assert lib.workspace_bytes(lib.max_tokens) > 0
+    assert lib.workspace_bytes(lib.max_tokens + 1) == 0
+    assert lib.workspace_bytes(2**31) == 0 and lib.workspace_bytes(-1) == 0
 
 
 def test_gemm_kernels_neither_spill_nor_serialize_wgmma(built):
@@ -132,7 +154,7 @@ def test_second_build_is_up_to_date(built):
     again = build.build(TINY, "sm90", CONFIGS, built.root, jobs=2, log=logs.append)
     assert again.up_to_date
     assert again.compiled == []
-    assert sorted(again.reused) == sorted(NAMES + ["layer"])
+    assert sorted(again.reused) == sorted(NAMES + ["layer", "build_info"])
     assert again.plan.fingerprint == built.manifest["fingerprint"]
     assert lib.stat().st_mtime_ns == mtime
     assert json.loads((built.out / "manifest.json").read_text()) == built.manifest
@@ -153,7 +175,7 @@ def test_load_rejects_corrupted_library(copy, built):
     data = bytearray(lib.read_bytes())
     data[len(data) // 2] ^= 0xFF
     lib.write_bytes(bytes(data))
-    with pytest.raises(runtime.LoadError, match="stale library"):
+    with pytest.raises(runtime.LoadError, match="its sha256 differs"):
         runtime.load(copy)
 
 
@@ -165,7 +187,54 @@ def test_load_without_manifest(copy):
 
 def test_load_without_library(copy, built):
     (copy / built.manifest["library"]).unlink()
-    with pytest.raises(runtime.LoadError, match="library named by the manifest is missing"):
+    with pytest.raises(runtime.LoadError, match="library named by .*manifest.json is missing"):
+        runtime.load(copy)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("null", "top level = NoneType: expected a JSON object"),
+    ("[1, 2]", "top level = list: expected a JSON object"),
+    ("{", "not valid JSON"),
+])
+def test_load_rejects_malformed_manifests(copy, text, why):
+    (copy / "manifest.json").write_text(text)
+    with pytest.raises(runtime.LoadError, match=why):
+        runtime.load(copy)
+
+
+@pytest.mark.parametrize("field, why", [
+    ("library", "field 'library' = None: expected the library's file name"),
+    ("spec", "field 'spec' = None: expected the model spec as an object"),
+    ("arch", "field 'arch' = None: expected an arch name"),
+])
+def test_load_rejects_manifests_missing_a_field(copy, field, why):
+    m = json.loads((copy / "manifest.json").read_text())
+    del m[field]
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(runtime.LoadError) as excinfo:
+        runtime.load(copy)
+    assert why in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_load_rejects_directories_in_place_of_files(copy, built, tmp_path):
+    lib = copy / built.manifest["library"]
+    lib.unlink()
+    lib.mkdir()
+    with pytest.raises(runtime.LoadError, match="not a file"):
+        runtime.load(copy)
+    (tmp_path / "d" / "manifest.json").mkdir(parents=True)
+    with pytest.raises(runtime.LoadError, match="manifest.json: is a directory"):
+        runtime.load(tmp_path / "d")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(runtime.LoadError, match="not a directory"):
+        runtime.load(tmp_path / "f")
+
+
+def test_manifest_path_escape_is_refused(copy):
+    m = json.loads((copy / "manifest.json").read_text())
+    m["library"] = "../../etc/libmoegen-x.so"
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(runtime.LoadError, match="expected a libmoegen-\\*.so file name beside it"):
         runtime.load(copy)
 
 
@@ -195,7 +264,7 @@ def test_load_without_gpu(built):
 # --- compile failure ---------------------------------------------------------------------------------------
 
 BROKEN = """// deliberately broken by test_nvcc_build
-#include "problem.h"
+#include "moegen/common.cuh"
 int moegen_deliberately_broken(int x {
   return x;
 }
@@ -219,11 +288,10 @@ def test_compile_failure_names_kernel(tmp_path, monkeypatch):
     assert f"src/{broken}.cu(3): error" in msg
     assert "expected a \")\"" in msg
     assert "expected a \")\"" in (out / "logs" / f"{broken}.log").read_text()
-    # Nothing half-built: no library, no manifest, no object or temp file for the broken kernel.
+    # Nothing half-built: no library, no manifest, no temp file; the good objects are cached.
     assert not (out / "manifest.json").exists()
     assert not list(out.glob("libmoegen-*"))
-    assert not list(out.glob(".*"))
-    objs = sorted(p.name for p in (out / "obj").iterdir())
-    assert not any(o.startswith(broken) or o.startswith(f".{broken}") for o in objs)
-    assert any(o.startswith(CONFIGS[0].name) for o in objs)  # the good kernel's object is cached
+    assert not list(tmp_path.rglob(".*tmp"))
+    objs = {p.name for p in (tmp_path / ".objects").glob("*.o")}
+    assert len(objs) == 3  # the good GEMM kernel, the layer and build_info; not the broken one
     assert any(f"{broken}: FAILED" in m for m in logs)

@@ -24,7 +24,9 @@ OAI_TINY = tiny_spec({"kind": "topk_softmax", "top_k": 2},
 GROUP_TINY = tiny_spec({"kind": "sigmoid_group_topk", "top_k": 2, "n_group": 4, "topk_group": 2,
                         "group_score": "top2_sum", "score_bias": True, "routed_scaling_factor": 2.5},
                        {"kind": "swiglu"})
-TINY_SPECS = [SWIGLU_TINY, OAI_TINY, GROUP_TINY]
+SQRTSOFTPLUS_TINY = tiny_spec({"kind": "sqrtsoftplus_topk", "top_k": 3, "score_bias": True,
+                               "routed_scaling_factor": 1.5}, {"kind": "swiglu", "limit": 10.0})
+TINY_SPECS = [SWIGLU_TINY, OAI_TINY, GROUP_TINY, SQRTSOFTPLUS_TINY]
 MODELS = {name: load_model(name) for name in known_models()}
 
 
@@ -48,6 +50,11 @@ def naive_route(spec, logits_row, bias_row):
                        else sum(sorted((sel[e] for e in m), reverse=True)[:2]) for m in members]
         kept = best_first(range(r.n_group), group_score)[:r.topk_group]
         ids = best_first([e for g in kept for e in members[g]], sel)[:r.top_k]
+        weights = [scores[e] for e in ids]
+    elif r.kind == "sqrtsoftplus_topk":  # DeepSeek-V4: plain top-k of sqrt(softplus) + bias
+        scores = [math.sqrt(math.log1p(math.exp(v))) for v in logits_row]
+        sel = [s + (bias_row[e] if bias_row is not None else 0.0) for e, s in enumerate(scores)]
+        ids = best_first(range(E), sel)[:r.top_k]
         weights = [scores[e] for e in ids]
     elif r.kind == "softmax_topk":
         exps = [math.exp(v - max(logits_row)) for v in logits_row]
@@ -98,9 +105,23 @@ def test_score_bias_steers_selection_not_weights(name):
     biased = route(spec, logits, bias)
     assert not torch.equal(biased.ids, unbiased.ids)
     assert (biased.ids >= 200).all()
-    chosen = torch.sigmoid(logits).gather(1, biased.ids)
+    scores = torch.sigmoid(logits) if name == "deepseek-v3" else torch.sqrt(torch.nn.functional.softplus(logits))
+    chosen = scores.gather(1, biased.ids)
     expected = chosen / chosen.sum(dim=1, keepdim=True) * spec.router.routed_scaling_factor
     assert torch.allclose(biased.weights, expected, rtol=1e-14)
+
+
+def test_sqrtsoftplus_by_hand_and_for_large_logits():
+    spec = SQRTSOFTPLUS_TINY
+    logits = torch.tensor([[0.0, 1.0, -1.0, 2.0, 800.0, -800.0, 0.5, 3.0]], dtype=torch.float64)
+    bias = torch.tensor([0.0, 0.0, 0.0, 0.0, -1e3, 0.0, 5.0, 0.0], dtype=torch.float64)
+    r = route(spec, logits, bias)
+    assert r.ids.tolist() == [[6, 7, 3]]  # 6 by its bias; 4's huge logit is outweighed by its bias
+    s = [math.sqrt(math.log1p(math.exp(v))) for v in (0.5, 3.0, 2.0)]
+    assert r.weights[0].tolist() == pytest.approx([1.5 * v / sum(s) for v in s], rel=1e-14)
+    # no overflow: softplus(800) = 800, softplus(-800) = 0
+    w = route_weights(spec, logits, bias, torch.tensor([[4, 5, 0]]))
+    assert torch.isfinite(w).all() and w[0, 1] == 0
 
 
 def test_softmax_topk_by_hand():
@@ -149,7 +170,7 @@ def test_ties_lower_id_first_with_zero_margin():
     for spec in TINY_SPECS:
         bias = torch.zeros(8, dtype=torch.float64) if spec.router.score_bias else None
         routing = route(spec, logits, bias)
-        assert routing.ids.tolist() == [[0, 1]] * 3
+        assert routing.ids.tolist() == [list(range(spec.top_k))] * 3
         assert routing.margin.tolist() == [0.0] * 3
 
 

@@ -1,5 +1,6 @@
-"""Rendering: StrictUndefined everywhere, spec constants in problem.h, tiles in the GEMM source,
-valid JSON build info in the layer source."""
+"""Rendering: StrictUndefined everywhere, spec constants in the layer's Problem, tile, register plan
+and epilogue constants in the GEMM source (and nothing model-specific beyond them), valid JSON
+build info in its own translation unit."""
 import json
 import re
 
@@ -7,11 +8,23 @@ import jinja2
 import pytest
 
 from moegen import render
-from moegen.config_space import KernelConfig, default_configs
+from moegen.arch import get_arch
+from moegen.naming import KernelConfig
 from moegen.spec import load_model
 
-GEMM_VARS = dict(name="moegen_sm90_gemm1_m64n16k64s3", gemm="gemm1", variant="tiny", epilogue="SwigluEpilogue",
-                 block_m=64, block_n=16, block_k=64, stages=3, gemm_n=256, gemm_k=256)
+GEMM_VARS = dict(name="moegen_sm90_gemm1_m64n16k64s3", arch="sm90", hidden=256, intermediate_local=128,
+                 activation_enum="kSwiGLU", has_limit="false", limit="0.0", alpha="1.0", bias13="false",
+                 bias2="false", epilogue="SwigluEpilogue", block_m=64, block_n=16, block_k=64, stages=3,
+                 min_blocks_per_sm=4, producer_registers=0, consumer_registers=0, gemm_n=256, gemm_k=256,
+                 gemm_n_padded=256, gemm_k_padded=256, weight_layout="sm90_e2m1_atom64")
+
+
+def default_configs(spec, arch):
+    return get_arch(arch).fallback_configs(spec)
+
+
+def problem_of(spec) -> str:
+    return render.layer_source(spec, "sm90", default_configs(spec, "sm90"))
 
 
 def constants(header: str) -> dict[str, str]:
@@ -35,7 +48,7 @@ def test_environment_is_strict():
 
 def test_gemm_template_renders_with_all_variables():
     text = render.render("gemm_kernel.cu.j2", **GEMM_VARS)
-    assert "TileShape<64, 16, 64, 3>" in text
+    assert "TileShape<64, 16, 64, 3, 4,\n" in text
 
 
 @pytest.mark.parametrize("missing", sorted(GEMM_VARS))
@@ -61,50 +74,44 @@ def test_environment_cached_per_template_dir(tmp_path):
     assert render.environment(tmp_path).undefined is jinja2.StrictUndefined
 
 
-# --- problem.h --------------------------------------------------------------------------------------------
+# --- the layer's Problem --------------------------------------------------------------------------------
 
-def test_problem_header_deepseek_v4_flash():
+def test_problem_deepseek_v4_flash():
     spec = load_model("deepseek-v4-flash")
-    text = render.problem_header(spec)
-    assert "from deepseek-v4-flash.yaml" in text
+    text = problem_of(spec)
     k = constants(text)
     assert k["kHidden"] == "4096"
     assert k["kTopK"] == "6"
     assert k["kExperts"] == "256" and k["kLocalExperts"] == "256" and k["kExpertBegin"] == "0"
     assert k["kInter"] == "2048"
-    assert k["kRouter"] == "moegen::kSigmoidGroupTopK"
-    assert k["kGroups"] == "8" and k["kTopKGroups"] == "4"
-    assert k["kGroupScore"] == "moegen::kGroupMax"
+    assert k["kRouter"] == "moegen::kSqrtSoftplusTopK"
+    assert k["kGroups"] == "1" and k["kTopKGroups"] == "1"
     assert k["kScoreBias"] == "true"
     assert k["kRenormalize"] == "true"
-    assert k["kScaling"] == "1.0f"
-    assert k["kActivation"] == "moegen::kSwiGLU"
-    assert k["kHasLimit"] == "true" and k["kLimit"] == "10.0f"
+    assert k["kScaling"] == "1.5f"
     assert k["kBias13"] == "false" and k["kBias2"] == "false"
     assert "{{" not in text and "}}" not in text
 
 
-def test_problem_header_gpt_oss_120b():
-    k = constants(render.problem_header(load_model("gpt-oss-120b")))
-    assert k["kActivation"] == "moegen::kSwiGLUOai"
+def test_problem_gpt_oss_120b():
+    k = constants(problem_of(load_model("gpt-oss-120b")))
     assert k["kBias13"] == "true" and k["kBias2"] == "true"
-    assert k["kAlpha"] == "1.702f" and k["kLimit"] == "7.0f"
     assert k["kRouter"] == "moegen::kTopKSoftmax"
     assert k["kHidden"] == "2880" and k["kTopK"] == "4"
 
 
-def test_problem_header_deepseek_v3_and_qwen():
-    k = constants(render.problem_header(load_model("deepseek-v3")))
+def test_problem_deepseek_v3_and_qwen():
+    k = constants(problem_of(load_model("deepseek-v3")))
+    assert k["kRouter"] == "moegen::kSigmoidGroupTopK" and k["kGroups"] == "8" and k["kTopKGroups"] == "4"
     assert k["kGroupScore"] == "moegen::kGroupTop2Sum" and k["kScaling"] == "2.5f"
-    k = constants(render.problem_header(load_model("qwen3-30b-a3b")))
+    k = constants(problem_of(load_model("qwen3-30b-a3b")))
     assert k["kRouter"] == "moegen::kSoftmaxTopK"
     assert k["kScoreBias"] == "false"
-    assert k["kHasLimit"] == "false"
 
 
-def test_problem_header_parallel_split():
+def test_problem_parallel_split():
     spec = load_model("qwen3-30b-a3b").with_parallel(tp_size=2, ep_size=4, ep_rank=3)
-    k = constants(render.problem_header(spec))
+    k = constants(problem_of(spec))
     assert k["kExperts"] == "128"  # router sees all experts
     assert k["kLocalExperts"] == "32" and k["kExpertBegin"] == "96"
     assert k["kInter"] == "384"
@@ -112,32 +119,46 @@ def test_problem_header_parallel_split():
 
 # --- GEMM and layer sources -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cfg, epilogue, n, k", [
-    (KernelConfig("sm90", "gemm1", 64, 16, 64, 8), "SwigluEpilogue", 2880, 2880),
-    (KernelConfig("sm90", "gemm2", 128, 128, 64, 4), "WeightedEpilogue", 2880, 1440),
+@pytest.mark.parametrize("cfg, epilogue, n, k, n_pad, k_pad", [
+    (KernelConfig("sm90", "gemm1", 64, 16, 64, 8), "SwigluEpilogue", 2880, 2880, 2944, 2880),
+    (KernelConfig("sm90", "gemm2", 128, 128, 64, 4), "WeightedEpilogue", 2880, 1440, 2944, 1472),
 ])
-def test_gemm_source(cfg, epilogue, n, k):
+def test_gemm_source(cfg, epilogue, n, k, n_pad, k_pad):
     spec = load_model("gpt-oss-20b").with_parallel(tp_size=2)
     text = render.gemm_source(spec, cfg)
-    tile = f"TileShape<{cfg.block_m}, {cfg.block_n}, {cfg.block_k}, {cfg.stages}>"
-    assert tile in text
-    m = re.search(r"GroupedGemm<sm90::TileShape<(\d+), (\d+), (\d+), (\d+)>,\s*(\d+), (\d+), Epilogue>", text)
-    assert m and tuple(map(int, m.groups())) == (cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages, n, k)
-    assert f'extern "C" int {cfg.name}_launch(' in text
-    assert f"moegen::{epilogue}<Problem>" in text
-    assert "gpt-oss-20b-tp2" in text
-    assert '#include "problem.h"' in text
+    m = re.search(r"TileShape<(\d+), (\d+), (\d+), (\d+), (\d+),\s*(\d+), (\d+)>", text)
+    r = get_arch("sm90").launch_resources(cfg)
+    assert m and tuple(map(int, m.groups())) == (cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages,
+                                                 r["min_blocks_per_sm"], r["producer_registers"],
+                                                 r["consumer_registers"])
+    m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue>", text)
+    assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)
+    assert f'extern "C" int {cfg.name}_launch(const moegen::GemmParams* params, int max_work, long rows,' in text
+    assert f"arch::{epilogue}<moegen_generated::EpilogueProblem>" in text
+    e = constants(text)
+    assert (e["kHidden"], e["kInter"], e["kActivation"], e["kAlpha"], e["kLimit"]) == \
+        ("2880", "1440", "moegen::kSwiGLUOai", "1.702f", "7.0f")
+    assert e["kBias13"] == "true" and e["kBias2"] == "true"
+    assert '#include "moegen/sm90/grouped_gemm.cuh"' in text
 
 
-def test_layer_source_build_info_and_kernel_table():
+def test_gemm_source_is_shared_by_models_and_ranks_of_one_shape():
+    """Nothing but the GEMM's shape and epilogue enters a kernel's source: gpt-oss-20b and -120b,
+    and every EP rank of a model, compile the same objects."""
+    cfg = KernelConfig("sm90", "gemm1", 64, 8, 64, 4)
+    a, b = load_model("gpt-oss-20b"), load_model("gpt-oss-120b")
+    assert render.gemm_source(a, cfg) == render.gemm_source(b, cfg)
+    v3 = load_model("deepseek-v3")
+    assert render.gemm_source(v3, cfg) == render.gemm_source(v3.with_parallel(ep_size=8, ep_rank=5), cfg)
+    assert render.gemm_source(a, cfg) != render.gemm_source(a.with_parallel(tp_size=2), cfg)
+
+
+def test_layer_source_kernel_table():
     spec = load_model("deepseek-v4-flash")
     configs = default_configs(spec, "sm90")
-    info = {"fingerprint": "abc", "spec": spec.to_dict(), "kernels": [c.name for c in configs],
-            "note": 'quotes " and backslashes \\ and )moegen without the quote'}
-    text = render.layer_source(spec, "sm90", configs, info)
-    assert build_info_of(text) == info
+    text = render.layer_source(spec, "sm90", configs)
     for c in configs:
-        assert f'extern "C" int {c.name}_launch(const sm90::GemmParams*, int, int, cudaStream_t);' in text
+        assert f'extern "C" int {c.name}_launch(const moegen::GemmParams*, int, long, cudaStream_t);' in text
         assert f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, {c.name}_launch}},' in text
     # Table order is the config order: the runtime indexes kernels by position.
     positions = [text.index(f'{{"{c.name}"') for c in configs]
@@ -145,10 +166,16 @@ def test_layer_source_build_info_and_kernel_table():
     assert "deepseek-v4-flash (sm90)" in text
 
 
-def test_layer_source_build_info_survives_raw_string_delimiter():
+def test_build_info_source():
+    spec = load_model("deepseek-v4-flash")
+    info = {"fingerprint": "abc", "spec": spec.to_dict(), "kernels": ["k"],
+            "note": 'quotes " and backslashes \\ and )moegen without the quote'}
+    assert build_info_of(render.build_info_source(info)) == info
+
+
+def test_build_info_survives_raw_string_delimiter():
     # JSON escapes '"', so ')moegen"' in a value never closes the C++ raw string early.
-    spec = load_model("qwen3-30b-a3b")
     info = {"x": ')moegen"', "y": [1, 2.5, None, True]}
-    text = render.layer_source(spec, "sm90", default_configs(spec, "sm90"), info)
+    text = render.build_info_source(info)
     assert build_info_of(text) == info
     assert text.count(')moegen"') == 1

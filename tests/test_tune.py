@@ -5,13 +5,17 @@ import warnings
 
 import pytest
 
-from moegen import tune
-from moegen.config_space import candidate_configs
+from moegen import dispatch, tune
+from moegen.arch import get_arch
+from moegen.dispatch import GpuInfo, find_dispatch, heuristic_choice
+from moegen.problem import ProblemKey
 from moegen.spec import load_model
 
 SPEC = load_model("deepseek-v4-flash")
-KERNELS = candidate_configs(SPEC, "sm90")
-GPU = tune.GpuInfo(name="NVIDIA H200", sm_count=132, driver="580.159.04", cuda="13.0")
+KERNELS = get_arch("sm90").candidate_configs(SPEC)
+NAMES = [k.name for k in KERNELS]
+GPU = GpuInfo(name="NVIDIA H200", sm_count=132, driver="580.159.04", cuda="13.0")
+PROBLEM = ProblemKey.of(SPEC)
 
 
 def fake_time(tokens, g1, g2):
@@ -109,52 +113,117 @@ def test_pruning_rules_are_live():
     assert tune.pruned(small, rows=4.0) is None
 
 
+def _table(buckets=(1, 16, 256), profiler=fake_time):
+    choices, measurements = tune.search(KERNELS, SPEC, profiler, buckets=buckets, log=lambda m: None)
+    return tune.make_table(SPEC, "sm90", GPU, KERNELS, choices, measurements), choices, measurements
+
+
 def test_table_roundtrip_and_dispatch(tmp_path):
-    choices, measurements = tune.search(KERNELS, SPEC, fake_time, buckets=(1, 16, 256), log=lambda m: None)
-    table = tune.make_table(SPEC, "sm90", "f" * 64, GPU, KERNELS, choices, measurements)
+    table, choices, measurements = _table()
     path = tune.save_table(tmp_path, table)
-    assert path == tmp_path / "dispatch" / "nvidia-h200-132sm.json"
+    assert path == tmp_path / "sm90" / "nvidia-h200-132sm" / f"{PROBLEM.slug}.json"
     on_disk = json.loads(path.read_text())
-    assert on_disk["schema"] == tune.TABLE_SCHEMA and on_disk["gpu"]["driver"] == "580.159.04"
+    assert on_disk["schema"] == dispatch.TABLE_SCHEMA and on_disk["tuned_with"]["driver"] == "580.159.04"
+    assert on_disk["gpu"] == {"name": "NVIDIA H200", "sm_count": 132}  # keyed by GPU and problem, no fingerprint
+    assert on_disk["problem"]["top_k"] == 6 and "fingerprint" not in json.dumps(on_disk)
     assert len(on_disk["measurements"]) == len(measurements)
-    names = [k.name for k in KERNELS]
-    dispatch, why = tune.load_dispatch(tmp_path, GPU, "f" * 64, names)
-    assert dispatch is not None and why == ""
-    by_bucket = {b["tokens"]: (names.index(b["gemm1"]), names.index(b["gemm2"])) for b in on_disk["buckets"]}
-    assert dispatch.choose(1) == by_bucket[1]
-    assert dispatch.choose(2) == by_bucket[16]  # smallest bucket >= T
-    assert dispatch.choose(16) == by_bucket[16]
-    assert dispatch.choose(100000) == by_bucket[256]  # beyond the last bucket: the last
+    found, notes = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=tmp_path, shipped_root=tmp_path / "none")
+    assert found is not None and notes == []
+    by_bucket = {b["tokens"]: (NAMES.index(b["gemm1"]), NAMES.index(b["gemm2"])) for b in on_disk["buckets"]}
+    assert found.choose(1) == by_bucket[1]
+    assert found.choose(2) == by_bucket[16]  # smallest bucket >= T
+    assert found.choose(16) == by_bucket[16]
+    assert found.choose(100000) == by_bucket[256]  # beyond the last bucket: the last
 
 
-@pytest.mark.parametrize("change, why", [
-    (dict(fingerprint="0" * 64), "another build of the library"),
-    (dict(gpu=tune.GpuInfo("NVIDIA H200", 132, "575.00", "13.0")), "re-run `moegen tune`"),
-    (dict(gpu=tune.GpuInfo("NVIDIA H100 80GB HBM3", 132, "580.159.04", "13.0")), "no dispatch table for NVIDIA H100"),
-])
-def test_table_mismatch_falls_back(tmp_path, change, why):
-    choices, measurements = tune.search(KERNELS, SPEC, fake_time, buckets=(1,), log=lambda m: None)
-    tune.save_table(tmp_path, tune.make_table(SPEC, "sm90", "f" * 64, GPU, KERNELS, choices, measurements))
-    dispatch, reason = tune.load_dispatch(tmp_path, change.get("gpu", GPU), change.get("fingerprint", "f" * 64),
-                                          [k.name for k in KERNELS])
-    assert dispatch is None and why in reason
+def test_lookup_order_user_shipped_other_gpu_heuristic(tmp_path):
+    user, shipped = tmp_path / "user", tmp_path / "shipped"
+    table, _, _ = _table(buckets=(1,))
+    tune.save_table(shipped, table)
+    # this GPU, a shipped table: used; another driver: used with a note
+    other_driver = GpuInfo("NVIDIA H200", 132, "575.00", "13.0")
+    found, notes = find_dispatch("sm90", other_driver, PROBLEM, NAMES, user_root=user, shipped_root=shipped)
+    assert found is not None and "tuned with driver 580.159.04 (this machine 575.00); using it anyway" in notes[0]
+    # another GPU of the arch: the shipped table, with a note saying whose it is
+    h100 = GpuInfo("NVIDIA H100 80GB HBM3", 132, "580.159.04", "13.0")
+    found, notes = find_dispatch("sm90", h100, PROBLEM, NAMES, user_root=user, shipped_root=shipped)
+    assert found is not None and "no dispatch table for NVIDIA H100 80GB HBM3" in notes[0]
+    assert "tuned on NVIDIA H200" in notes[0]
+    # a user table takes precedence
+    user_table = dict(table, buckets=[dict(table["buckets"][0], gemm1=NAMES[0])])
+    tune.save_table(user, user_table)
+    found, _ = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=user, shipped_root=shipped)
+    assert found.source.startswith(str(user)) and found.choose(1)[0] == 0
+    # another problem: nothing, the heuristic
+    other = ProblemKey.of(SPEC.with_parallel(ep_size=8))
+    found, notes = find_dispatch("sm90", GPU, other, NAMES, user_root=user, shipped_root=shipped)
+    assert found is None and "using the block_n heuristic" in notes[-1]
 
 
-def test_table_naming_unknown_kernel_is_rejected(tmp_path):
-    choices, measurements = tune.search(KERNELS, SPEC, fake_time, buckets=(1,), log=lambda m: None)
-    tune.save_table(tmp_path, tune.make_table(SPEC, "sm90", "f" * 64, GPU, KERNELS, choices, measurements))
-    dispatch, reason = tune.load_dispatch(tmp_path, GPU, "f" * 64, [k.name for k in KERNELS[:3]])
-    assert dispatch is None and "does not have" in reason
+def test_table_naming_a_kernel_the_library_lacks_is_passed_over(tmp_path):
+    table, _, _ = _table(buckets=(1,))
+    tune.save_table(tmp_path, table)
+    found, notes = find_dispatch("sm90", GPU, PROBLEM, NAMES[:3], user_root=tmp_path, shipped_root=tmp_path / "x")
+    assert found is None and "which the library does not have" in notes[0]
+
+
+@pytest.mark.parametrize("text, why", [("{", "not valid JSON"), ('{"schema": 1}', "schema 1, expected 2"),
+                                       ('{"schema": 2, "buckets": []}', "expected a non-empty list"),
+                                       ('{"schema": 2, "buckets": [{"tokens": 1, "gemm1": "x", "gemm2": "y"}]}',
+                                        "expected tokens > 0 and a gemm1 and a gemm2 kernel name")])
+def test_broken_table_files_are_named(tmp_path, text, why):
+    path = dispatch.table_path(tmp_path, "sm90", GPU, PROBLEM)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(dispatch.DispatchError, match=why):
+        dispatch.read_table(path)
+    found, notes = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=tmp_path, shipped_root=tmp_path / "x")
+    assert found is None and why.split(",")[0] in notes[0]
+
+
+def test_measurements_carry_clock_and_power():
+    class Timed(float):
+        power = type("P", (), {"sm_mhz_median": 1755.0, "power_w_median": 699.0})()
+
+    _, measurements = tune.search(KERNELS, SPEC, lambda t, a, b: Timed(fake_time(t, a, b)), buckets=(4,),
+                                  log=lambda m: None)
+    assert all(m.sm_mhz == 1755.0 and m.power_w == 699.0 for m in measurements)
+    table = tune.make_table(SPEC, "sm90", GPU, KERNELS, {4: (0, len(KERNELS) - 1, 1.0)}, measurements)
+    assert table["measurements"][0][4:6] == [1755, 699]
+
+
+def gentle_time(tokens, g1, g2):
+    """Like fake_time, but a tile one octave of block_n off costs 0.4 % more, not 10 units."""
+    rows = max(1.0, tokens * SPEC.top_k / SPEC.num_experts)
+    cost = 100.0 * tokens ** 0.5
+    for k in (KERNELS[g1], KERNELS[g2]):
+        cost *= 1 + 0.004 * abs(math.log2(k.block_n / rows)) + k.block_m / 64e4 + k.stages / 1e5 + k.block_k / 1e6
+    return cost
+
+
+def test_compaction_keeps_few_kernels_within_tolerance():
+    buckets = tuple(2 ** i for i in range(8, 15))  # 6 ... 384 rows per expert: a new best tile every octave
+    choices, measurements = tune.search(KERNELS, SPEC, gentle_time, buckets=buckets, log=lambda m: None)
+    tuned = {n for g1, g2, _ in choices.values() for n in (g1, g2)}
+    kept = tune.compact(KERNELS, choices, measurements, tolerance=0.01)
+    used = {n for g1, g2, _ in kept.values() for n in (g1, g2)}
+    assert len(used) < len(tuned), (sorted(NAMES[i] for i in tuned), sorted(NAMES[i] for i in used))
+    stage = {(m.tokens, m.stage, m.gemm1 if m.stage == "gemm1" else m.gemm2): m.us for m in measurements}
+    for t, (g1, g2, _) in kept.items():
+        for gemm, k in (("gemm1", g1), ("gemm2", g2)):
+            best = min(us for (tt, st, _), us in stage.items() if tt == t and st == gemm)
+            assert stage[(t, gemm, NAMES[k])] <= 1.01 * best
+    assert tune.compact(KERNELS, choices, measurements, tolerance=0.0) == choices  # nothing to give up
 
 
 def test_heuristic_and_one_time_warning():
-    g1, g2 = tune.heuristic_choice(KERNELS, SPEC, 1)
+    g1, g2 = heuristic_choice(KERNELS, SPEC, 1)
     assert KERNELS[g1].gemm == "gemm1" and KERNELS[g1].block_n == 8
-    g1, g2 = tune.heuristic_choice(KERNELS, SPEC, 16384)  # 384 rows per expert: the largest tile
+    g1, g2 = heuristic_choice(KERNELS, SPEC, 16384)  # 384 rows per expert: the largest tile
     assert KERNELS[g2].block_n == 256
-    tune._warned.clear()
+    dispatch._warned.clear()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        tune.warn_once("no dispatch table for X")
-        tune.warn_once("no dispatch table for X")
-    assert len(seen) == 1 and "heuristic" in str(seen[0].message)
+        dispatch.warn_once("no dispatch table for X")
+        dispatch.warn_once("no dispatch table for X")
+    assert len(seen) == 1 and "no dispatch table for X" in str(seen[0].message)

@@ -1,14 +1,15 @@
-// Arguments of one grouped-GEMM launch: shared by the GEMM kernels and the layer's host code, which
-// includes this rather than the CuTe mainloop.
+// Arguments of one grouped-GEMM launch, and the launch function every arch's GEMM kernel exports:
+// shared by the kernels and the layer's host code, which includes this rather than a mainloop.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 
-namespace moegen::sm90 {
+namespace moegen {
 
 struct GemmParams {
-  const uint8_t* w;              // [E, Npad/64, Kpad/64, 2048]
-  const uint8_t* w_scales;       // [E, Npad/64, Kpad/64, 128]
+  const uint8_t* w;              // prepared weight atoms (the arch's weight layout)
+  const uint8_t* w_scales;       // prepared scale atoms
   const float* expert_scale;     // [E]
   const float* bias;             // epilogue bias or nullptr
   const __nv_bfloat16* act;      // B operand rows, row length K
@@ -24,4 +25,8 @@ struct GemmParams {
   int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
 };
 
-}  // namespace moegen::sm90
+// Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`).  `rows` is the
+// layer's expert rows (tokens x top_k): the arch decides its grid policy from it.
+typedef int (*GemmLaunch)(const GemmParams* params, int max_work, long rows, cudaStream_t stream);
+
+}  // namespace moegen

@@ -1,28 +1,41 @@
-// The MoE layer's non-GEMM stages, specialized by a `Problem` struct of compile-time constants that
-// moegen renders from the model spec:
-//   route (scores, selection, weights, per-expert counts) -> schedule (offsets, GEMM work tiles)
-//   -> scatter (permutation) -> [GEMM1 + SwiGLU, GEMM2 + routing weight: moe_epilogues.cuh]
-//   -> finalize (sum of each token's top-k rows back into token order).
+// The MoE layer's non-GEMM stages before the GEMMs, arch-neutral, specialized by a `Problem` struct
+// of compile-time constants that moegen renders from the model spec:
+//   route (scores, selection, weights, per-expert counts), or take the caller's expert ids and
+//   weights (the experts-only entry point) -> schedule (offsets, GEMM work tiles)
+//   -> scatter (permutation); then the arch's GEMMs and finalize.cuh.
 // Only the layer's translation unit includes this: editing it rebuilds no GEMM kernel.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
 
-#include "moegen/moe_common.cuh"
+#include "moegen/common.cuh"
 #include "moegen/pdl.cuh"
 
 namespace moegen {
 
+// kSigmoidGroupTopK: DeepSeek-V3 (sigmoid scores, group-limited selection on score + bias).
+// kSoftmaxTopK: Qwen3-MoE.  kTopKSoftmax: gpt-oss (top-k logits, softmax over them).
+// kSqrtSoftplusTopK: DeepSeek-V4 (sqrt(softplus(logit)) scores, plain top-k on score + bias).
+enum RouterKind { kSigmoidGroupTopK = 0, kSoftmaxTopK = 1, kTopKSoftmax = 2, kSqrtSoftplusTopK = 3 };
+enum GroupScore { kGroupMax = 0, kGroupTop2Sum = 1 };
+
 struct RoutingParams {
+  // Fused layer: the router's inputs, and its outputs topk_ids / topk_weights.
   const void* logits;
   const float* score_bias;
-  int num_tokens;
   int32_t* topk_ids;        // [T, K]
   float* topk_weights;      // [T, K]
+  // Experts-only entry point: the caller's choice.
+  const void* ids_in;        // [T, K] int32 or int64 global expert ids
+  const float* weights_in;   // [T, K]
+  const int32_t* expert_map; // [kExperts] global -> local id, -1 when not on this rank; or nullptr
+  int num_tokens;
+  const float* slot_weight; // [T, K] the weight scatter reads: topk_weights or weights_in
   int32_t* counts;          // [E_local] zeroed before the launch
   int32_t* blocks_done;     // [1] zeroed before the launch
-  int32_t* slot_in_expert;  // [T, K]
+  int32_t* slot_in_expert;  // [T, K] the (token, slot)'s row among its expert's, -1 if not local
+  int32_t* local_expert;    // [T, K] local expert of the (token, slot), -1 if not local
   int32_t* offsets;         // [E_local + 1]
   int bn1, bn2;             // token rows per GEMM1 / GEMM2 work tile
   int32_t* work1_expert;    // per GEMM1 work tile: its expert, first row, and the expert's end row
@@ -88,13 +101,27 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// What lane k < K of a routing warp chose for its token: expert, combine weight, and its slot among
-// the expert's rows (-1 when the expert lives on another EP rank).
+// What lane k < K of a routing warp chose for its token: local expert, combine weight, and its slot
+// among the expert's rows (-1 for both when the expert lives on another EP rank).
 struct Choice {
-  int expert;
+  int local;
   float weight;
   int slot;
 };
+
+// Records lane k's choice: a local expert takes the next slot among its rows.
+template <class P>
+__device__ __forceinline__ Choice count_choice(const RoutingParams& rp, int t, int lane, int local, float weight,
+                                               int32_t* counts) {
+  Choice c{-1, weight, -1};
+  if (local >= 0 && local < P::kLocalExperts) {
+    c.local = local;
+    c.slot = atomicAdd(&counts[local], 1);
+  }
+  rp.slot_in_expert[size_t(t) * P::kTopK + lane] = c.slot;
+  rp.local_expert[size_t(t) * P::kTopK + lane] = c.local;
+  return c;
+}
 
 // Group scores by REDUX when every group is whole registers of the warp (group size a multiple of
 // 32; top-2 sums need exactly 32); otherwise lanes < groups scan their group in shared memory.
@@ -136,9 +163,11 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
     const float l = logit[i];
     sel[i] = l;
     weight_src[i] = l;
-    if constexpr (P::kRouter == kSigmoidGroupTopK) {
+    if constexpr (P::kRouter == kSigmoidGroupTopK || P::kRouter == kSqrtSoftplusTopK) {
       if (e < E) {
-        float s = 1.0f / (1.0f + expf(-l));
+        // sigmoid, or sqrt(softplus(l)) with softplus(l) = max(l, 0) + log1p(exp(-|l|)) (no overflow)
+        const float s = P::kRouter == kSigmoidGroupTopK ? 1.0f / (1.0f + expf(-l))
+                                                         : sqrtf(fmaxf(l, 0.f) + log1pf(expf(-fabsf(l))));
         weight_src[i] = s;
         sel[i] = P::kScoreBias ? s + bias[i] : s;
       }
@@ -235,16 +264,45 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
     my_w = my_w / wsum;
   }
   my_w *= P::kScaling;
-  Choice c{my_id, my_w, -1};
-  if (lane < K) {
-    rp.topk_ids[size_t(t) * K + lane] = my_id;
-    rp.topk_weights[size_t(t) * K + lane] = my_w;
-    int local = my_id - P::kExpertBegin;
-    if (local >= 0 && local < P::kLocalExperts) c.slot = atomicAdd(&counts[local], 1);
-    rp.slot_in_expert[size_t(t) * K + lane] = c.slot;
-  }
-  return c;
+  if (lane >= K) return Choice{-1, 0.f, -1};
+  rp.topk_ids[size_t(t) * K + lane] = my_id;
+  rp.topk_weights[size_t(t) * K + lane] = my_w;
+  return count_choice<P>(rp, t, lane, my_id - P::kExpertBegin, my_w, counts);
 }
+
+// The experts-only entry point: lane k < K takes slot k of the caller's choice for token t.  An id
+// outside [0, kExperts), or one the expert map (or this build's expert range) does not place on
+// this rank, contributes nothing.
+template <class P, class IdT>
+__device__ Choice take_token(const RoutingParams& rp, int t, int lane, int32_t* counts) {
+  if (lane >= P::kTopK) return Choice{-1, 0.f, -1};
+  const size_t i = size_t(t) * P::kTopK + lane;
+  const long long id = static_cast<long long>(static_cast<const IdT*>(rp.ids_in)[i]);
+  const float weight = rp.weights_in[i];
+  int local = -1;
+  if (id >= 0 && id < P::kExperts)
+    local = rp.expert_map ? __ldg(rp.expert_map + id) : int(id) - P::kExpertBegin;
+  return count_choice<P>(rp, t, lane, local, weight, counts);
+}
+
+// Where a routing warp's choice comes from: the router (logits of type LogitT) or the caller's ids
+// (of type IdT).  Both kernels below are templated on it.
+template <class LogitT>
+struct FromLogits {
+  template <class P>
+  __device__ static Choice choose(const RoutingParams& rp, int t, int warp, int lane,
+                                  float (*group_sel)[P::kExperts], int32_t* counts) {
+    return route_token<P, LogitT>(rp, t, warp, lane, group_sel, counts);
+  }
+};
+template <class IdT>
+struct FromIds {
+  template <class P>
+  __device__ static Choice choose(const RoutingParams& rp, int t, int /*warp*/, int lane,
+                                  float (*/*group_sel*/)[P::kExperts], int32_t* counts) {
+    return take_token<P, IdT>(rp, t, lane, counts);
+  }
+};
 
 template <class P, bool kSharedCounts, int kThreads>
 __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem);
@@ -266,7 +324,7 @@ __global__ void zero_counters_kernel(int32_t* counters) {
 
 // One warp per token; the last block to finish builds the GEMM schedule (and, for small batches,
 // the permutation), so routing costs one launch after zero_counters_kernel.
-template <class P, class LogitT>
+template <class P, class Source>
 __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingParams rp) {
   __shared__ float group_sel[needs_group_smem<P>() ? kRouteWarps : 1][P::kExperts];
   __shared__ int32_t offsets_s[P::kLocalExperts + 1];
@@ -275,7 +333,7 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
   pdl_wait();  // the counters are zeroed
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x * kRouteWarps + warp;
-  if (t < rp.num_tokens) route_token<P, LogitT>(rp, t, warp, lane, group_sel, rp.counts);
+  if (t < rp.num_tokens) Source::template choose<P>(rp, t, warp, lane, group_sel, rp.counts);
   __threadfence();  // this block's counts and slots, before it reports done
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(rp.blocks_done, 1) == int(gridDim.x) - 1;
@@ -305,7 +363,7 @@ struct OneBlockRouting {
   static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
 };
 
-template <class P, class LogitT>
+template <class P, class Source>
 __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_one_block_kernel(RoutingParams rp) {
   using R = OneBlockRouting<P>;
   constexpr int K = P::kTopK;
@@ -320,7 +378,8 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
     const int t = warp + R::kWarps * i;
-    mine[i] = t < rp.num_tokens ? route_token<P, LogitT>(rp, t, warp, lane, group_sel, counts_s) : Choice{0, 0.f, -1};
+    mine[i] = t < rp.num_tokens ? Source::template choose<P>(rp, t, warp, lane, group_sel, counts_s)
+                                : Choice{-1, 0.f, -1};
   }
   __syncthreads();
   schedule_block<P, true, R::kWarps * kWarpSize>(rp, counts_s, offsets_s);
@@ -332,7 +391,7 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_
       const Choice& c = mine[i];
       int row = -1;
       if (c.slot >= 0) {
-        row = offsets_s[c.expert - P::kExpertBegin] + c.slot;
+        row = offsets_s[c.local] + c.slot;
         rp.row_token[row] = t;
         rp.row_weight[row] = c.weight;
       }
@@ -427,15 +486,15 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
   constexpr int kBatch = 4;
   const int total = rp.num_tokens * P::kTopK;
   for (int i0 = begin; i0 < total; i0 += kBatch * stride) {
-    int slot[kBatch], expert[kBatch];
+    int slot[kBatch], local[kBatch];
     float weight[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = i0 + b * stride;
       const bool ok = i < total;
       slot[b] = ok ? __ldcg(rp.slot_in_expert + i) : -1;
-      expert[b] = ok ? __ldcg(rp.topk_ids + i) : 0;
-      weight[b] = ok ? __ldcg(rp.topk_weights + i) : 0.f;
+      local[b] = ok ? __ldcg(rp.local_expert + i) : 0;
+      weight[b] = ok ? __ldcg(rp.slot_weight + i) : 0.f;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -443,7 +502,7 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
       if (i >= total) break;
       int row = -1;
       if (slot[b] >= 0) {
-        row = offsets[expert[b] - P::kExpertBegin] + slot[b];
+        row = offsets[local[b]] + slot[b];
         rp.row_token[row] = i / P::kTopK;
         rp.row_weight[row] = weight[b];
       }
@@ -458,33 +517,6 @@ __global__ void scatter_kernel(RoutingParams rp) {
   pdl_wait();
   pdl_launch_dependents();
   scatter_range<P>(rp, rp.offsets, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
-}
-
-// out[t, :] = sum over the token's local slots of the weighted GEMM2 rows (zero if none).
-template <class P>
-__global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
-                                const __nv_bfloat16* __restrict__ y, __nv_bfloat16* __restrict__ out) {
-  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;  // H is a multiple of 32
-  pdl_wait();
-  int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= num_tokens * PER_ROW) return;
-  int t = idx / PER_ROW, c = (idx % PER_ROW) * VEC;
-  float acc[VEC] = {};
-#pragma unroll
-  for (int k = 0; k < P::kTopK; ++k) {
-    int row = token_row[t * P::kTopK + k];
-    if (row >= 0) {
-      uint4 v = *reinterpret_cast<const uint4*>(y + size_t(row) * H + c);
-      const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&v);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] += __bfloat162float(b[j]);
-    }
-  }
-  uint4 o;
-  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(acc[j]);
-  *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
 }
 
 }  // namespace moegen

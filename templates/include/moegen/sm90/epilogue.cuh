@@ -1,28 +1,17 @@
-// GEMM epilogues of the MoE layer (GEMM1: SwiGLU; GEMM2: bias and routing weight), specialized by
-// the generated `Problem` struct.  Every GEMM kernel's translation unit includes this.
+// SM90 GEMM epilogues of the MoE layer (GEMM1: SwiGLU; GEMM2: bias and routing weight): they walk
+// the wgmma accumulator layout (a thread holds rows g and g + 8 of its warp's 16, token columns
+// 2 (lane % 4) + 8 i + {0, 1}).  The activation math is arch-neutral (moegen/activation.cuh).
+// Specialized by the kernel's compile-time `Problem` (sizes, activation, biases); the grouped GEMM
+// kernel includes this.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <cute/tensor.hpp>
 
-#include "moegen/moe_common.cuh"
-#include "moegen/sm90_mxfp4_grouped_gemm.cuh"
+#include "moegen/activation.cuh"
+#include "moegen/gemm_params.cuh"
 
-namespace moegen {
-
-template <class P>
-__device__ __forceinline__ float activation(float gate, float up) {
-  if constexpr (P::kHasLimit) {
-    gate = fminf(gate, P::kLimit);
-    up = fminf(fmaxf(up, -P::kLimit), P::kLimit);
-  }
-  // Fast exp and divide (MUFU): outputs are rounded to bf16, and the IEEE versions cost ~25 more
-  // instructions per element of the GEMM1 epilogue.  exp overflowing to inf gives gate * 0 = -0.
-  if constexpr (P::kActivation == kSwiGLUOai) {
-    return __fdividef(gate, 1.0f + __expf(-P::kAlpha * gate)) * (up + 1.0f);
-  } else {
-    return __fdividef(gate, 1.0f + __expf(-gate)) * up;
-  }
-}
+namespace moegen::sm90 {
 
 // Epilogues take the expert's scale (2^shift folded out of its e8m0 scales) from the kernel, which
 // loads it with the tile's other epilogue inputs just before the epilogue (stage_epilogue_inputs).
@@ -33,7 +22,7 @@ template <class P>
 struct SwigluEpilogue {
   static constexpr bool kRowFactors = false;
   template <class Accum, class Coords>
-  __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
+  __device__ static void apply(const GemmParams& p, const Accum& acc, const Coords& coords, int expert,
                                int row_base, int row0, int row_end, float escale, const float* /*row_factors*/) {
     constexpr int I = P::kInter;
     // Every element of this thread is gate/up row pair g / g+8 of one intermediate column j.
@@ -70,7 +59,7 @@ template <class P>
 struct WeightedEpilogue {
   static constexpr bool kRowFactors = true;
   template <class Accum, class Coords>
-  __device__ static void apply(const sm90::GemmParams& p, const Accum& acc, const Coords& coords, int expert,
+  __device__ static void apply(const GemmParams& p, const Accum& acc, const Coords& coords, int expert,
                                int row_base, int row0, int row_end, float escale, const float* row_factors) {
     constexpr int H = P::kHidden;
     // A thread's elements lie on two output rows n: those of elements 0 and 2 (rows g and g + 8).
@@ -96,4 +85,4 @@ struct WeightedEpilogue {
   }
 };
 
-}  // namespace moegen
+}  // namespace moegen::sm90

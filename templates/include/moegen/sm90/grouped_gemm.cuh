@@ -20,10 +20,13 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "moegen/gemm_params.cuh"
-#include "moegen/mxfp4_convert.cuh"
 #include "moegen/pdl.cuh"
+#include "moegen/sm90/epilogue.cuh"
+#include "moegen/sm90/mxfp4_convert.cuh"
 
 // The kernel's dynamic shared memory, named at file scope so inline PTX can take its address.
 extern "C" __shared__ __align__(1024) uint8_t moegen_sm90_smem[];
@@ -55,11 +58,11 @@ constexpr int kAtomScaleBytes = 128;  // [warp][g][(g,kg0) (g+8,kg0) (g,kg1) (g+
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
 
-// Padded sizes of a prepared weight tensor [E, N, K] (moegen.prepare mirrors these).
-constexpr int padded_rows(int n) { return round_up(n, 128); }
-constexpr int padded_k(int k) { return round_up(k, kAtomK); }
-
-template <int BM_, int BN_, int BK_, int Stages_>
+// One kernel's tile and its register plan.  The plan (CTAs per SM the register budget must allow,
+// and with two consumer warpgroups the setmaxnreg split between producer and consumers) comes from
+// the config space's resource model (moegen/arch/sm90.py, launch_resources), which also prunes the
+// space with it: one source for both.
+template <int BM_, int BN_, int BK_, int Stages_, int MinBlocksPerSm_, int ProducerRegisters_, int ConsumerRegisters_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
   // 64-row weight slices (one m64 wgmma each) over at most two consumer warpgroups: a 256-row tile
@@ -74,28 +77,22 @@ struct TileShape {
   static constexpr int kProducerWarps = kConsumers > 1 ? 4 : 1;
   static constexpr bool kRegisterHandoff = kConsumers > 1;
   static constexpr int kThreads = kConsumerThreads + 32 * kProducerWarps;
-  // A consumer warpgroup's natural register need: accumulators, double-buffered A fragments, ~30.
-  static constexpr int kConsumerNeed = kSlicesPerConsumer * (BN / 2 + BK / 2) + 30;
-  // Two consumer warpgroups that need at most 104 registers fit two CTAs per SM: 80 registers per
-  // thread at launch (65536 / 768), the producer warpgroup keeps 32 and hands the rest over
-  // (128 * 32 + 256 * 104 = 384 * 80): 16 consumer warps per SM instead of 8 to hide the widening's
-  // latency (H200, T = 1024: GEMM1 m128n64k64s6 beat m128n64k128s8; docs/benchmarks.md).
-  static constexpr bool kTwoCtasPerSm = kConsumers > 1 && kConsumerNeed <= 104;
-  static constexpr int kProducerRegisters = kTwoCtasPerSm ? 32 : 56;  // one CTA: 128*56 + 256*224 <= 64K
-  static constexpr int kConsumerRegisters = kTwoCtasPerSm ? 104 : 224;
-  // CTAs per SM the register budget must allow.  One consumer warpgroup: as many as its natural
-  // need allows, or ptxas spends registers on hoisted wgmma descriptors and fewer CTAs fit.  Two:
-  // two CTAs when their need is small (above), else one (BN = 256, whose 128 accumulators dominate: one).
-  static constexpr int kMinBlocksPerSm = kTwoCtasPerSm ? 2
-                                         : kConsumers > 1 || BN >= 256 ? 1
-                                                                       : 65536 / kThreads / kConsumerNeed;
+  static constexpr int kMinBlocksPerSm = MinBlocksPerSm_;
+  static constexpr int kProducerRegisters = ProducerRegisters_;
+  static constexpr int kConsumerRegisters = ConsumerRegisters_;
   static_assert(BM == 64 || BM == 128 || BM == 256, "BM: one, two or four 64-row slices");
-  static_assert(BK % kAtomK == 0, "BK: whole prepared atoms along K");
+  static_assert(BK % 64 == 0, "BK: whole prepared atoms along K");
   static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "BN: a wgmma N");
   static_assert(Stages >= 3, "two slots are held by the wgmmas in flight; a third keeps loading");
+  static_assert(kMinBlocksPerSm >= 1 && kMinBlocksPerSm * kThreads <= 2048, "CTAs per SM within the thread limit");
+  static_assert(!kRegisterHandoff ||
+                    (kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads) * kMinBlocksPerSm <= 65536,
+                "the setmaxnreg split fits the register file at kMinBlocksPerSm CTAs per SM");
 };
 
-template <class Tile_, int N, int K, class Epilogue>
+// N, K: the GEMM's true output rows and reduction length; NPad, KPad: the prepared tensor's padded
+// sizes (the weight layout, moegen/layout.py).
+template <class Tile_, int N, int K, int NPad, int KPad, class Epilogue>
 struct GroupedGemm {
   static constexpr int BM = Tile_::BM, BN = Tile_::BN, BK = Tile_::BK, Stages = Tile_::Stages;
   static constexpr int kN = N, kK = K;  // true (unpadded) output rows and reduction length
@@ -103,15 +100,16 @@ struct GroupedGemm {
   static constexpr int kConsumers = Tile_::kConsumers, kThreads = Tile_::kThreads;
   static constexpr int kSlices = Tile_::kSlices, kSlicesPerConsumer = Tile_::kSlicesPerConsumer;
   static constexpr int kConsumerThreads = Tile_::kConsumerThreads;
-  static constexpr int kKPad = padded_k(K);
-  static constexpr int kNPad = padded_rows(N);
+  static constexpr int kKPad = KPad;
+  static constexpr int kNPad = NPad;
+  static_assert(kKPad % kAtomK == 0 && kKPad >= K && kNPad % kAtomRows == 0 && kNPad >= N, "padded atom grid");
   static_assert(kKPad % BK == 0, "config space must only offer BK dividing the padded K");
   static constexpr int kKTiles = kKPad / BK;
   // A CTA may run several tiles in a row (persistent grid) when every tile starts at ring slot 0:
   // the consumer's K loop has compile-time slots.  Otherwise the grid is one CTA per tile.
   static constexpr bool kPersistent = kKTiles % Stages == 0;
   static constexpr int kMTiles = ceil_div(N, BM);
-  static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor (rows padded to 128)");
+  static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor");
   static constexpr int kAtomsK = BK / kAtomK;
   static constexpr int kKBlocks = BK / 16;  // wgmma k16 steps per K tile
   // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
@@ -553,17 +551,34 @@ int resident_ctas(Kernel kernel, int threads, int smem_bytes, int (&cache)[64]) 
   return cache[device];
 }
 
+// GEMM grids are persistent (as many CTAs as fit, each running a strided list of tiles) from this
+// many expert rows (tokens x top_k) up, one CTA per tile below.  H200, deepseek-v4-flash, the same
+// tuned kernels in both modes: persistent 1313 / 3393 / 9580 us at T = 1024 / 4096 / 16384 against
+// 1500 / 3549 / 9602; at T <= 256 one CTA per tile was as fast or faster (T = 4: 105 against 115 us).
+constexpr long kPersistentGridMinRows = 4096;
+
+// MOEGEN_GRID=tiles | persistent overrides the choice (a switch for benchmarking the two).
+inline bool persistent_grid(long rows) {
+  static const int mode = [] {
+    const char* v = getenv("MOEGEN_GRID");
+    if (v && strcmp(v, "tiles") == 0) return 0;
+    if (v && strcmp(v, "persistent") == 0) return 1;
+    return -1;
+  }();
+  return mode >= 0 ? mode == 1 : rows >= kPersistentGridMinRows;
+}
+
 // Host-side launch; the grid covers the worst-case number of work tiles x the weight-row tiles, or,
 // persistent, at most as many CTAs as fit on the GPU.
 template <class G, class Epilogue>
-int launch_grouped_gemm(const GemmParams& p, int max_work, bool persistent, cudaStream_t stream) {
+int launch_grouped_gemm(const GemmParams& p, int max_work, long rows, cudaStream_t stream) {
   auto kernel = grouped_gemm_kernel<G, Epilogue>;
   if (G::kSmemBytes > 48 * 1024) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
     if (e != cudaSuccess) return int(e);
   }
   long blocks = long(max_work) * G::kMTiles;
-  if (persistent && G::kPersistent) {
+  if (G::kPersistent && persistent_grid(rows)) {
     static int resident_cache[64] = {};  // per device ordinal; this function is one per kernel
     const int fit = resident_ctas(kernel, G::kThreads, G::kSmemBytes, resident_cache);
     if (fit > 0 && fit < blocks) blocks = fit;

@@ -1,4 +1,4 @@
-// e2m1 -> bf16 conversion in registers, with the e8m0 block scale folded into one bf16 multiply.
+// SM90: e2m1 -> bf16 conversion in registers, with the e8m0 block scale folded into one bf16 multiply.
 //
 // Hopper has no FP4 datapath, so the mainloop widens 8 nibbles (one 32-bit word, laid out by
 // moegen.prepare) into the 4 bf16x2 registers of a wgmma A fragment:
@@ -15,7 +15,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-namespace moegen {
+namespace moegen::sm90 {
 
 // Both multipliers of a fragment row in one bf16x2: low half scale group 0, high half group 1 of
 // the atom.  The stored word is [(g, 0) (g+8, 0) (g, 1) (g+8, 1)]: rows g take bytes 0 and 2, rows
@@ -51,4 +51,4 @@ __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t q, uint32_t pair_g, ui
   out[3] = bf16x2_mul_half<kGroup1>((rotl(q, 6) & (kValue & ~kE1)) | (rotl(q, 14) & kE1), pair_g8);
 }
 
-}  // namespace moegen
+}  // namespace moegen::sm90

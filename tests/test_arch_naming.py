@@ -1,13 +1,32 @@
-"""Kernel config space and canonical kernel names."""
+"""Per-arch config space (moegen.arch), the problem's GEMM shapes and canonical kernel names."""
 import itertools
 
 import pytest
 
-from moegen import config_space as cs
-from moegen.config_space import (SM90_RULES, KernelConfig, candidate_configs, check_configs, default_configs,
-                                 gemm_shapes, rejection_reason)
-from moegen.naming import kernel_name, parse_kernel_name
+from moegen import render
+from moegen.arch import ARCHS, get_arch
+from moegen.arch import sm90 as cs
+from moegen.layout import SM90_ATOMS
+from moegen.naming import KernelConfig, kernel_name, parse_kernel_name
+from moegen.problem import GemmShape, gemm_shapes
 from moegen.spec import known_models, load_model, model_from_dict
+
+SM90 = cs.SM90
+SM90_RULES = SM90.rules
+SM90_DEFAULTS = cs.FALLBACK
+rejection_reason = SM90.rejection_reason
+
+
+def candidate_configs(spec, arch):
+    return get_arch(arch).candidate_configs(spec)
+
+
+def default_configs(spec, arch):
+    return get_arch(arch).fallback_configs(spec)
+
+
+def check_configs(spec, configs):
+    SM90.check_configs(spec, configs)
 
 MODELS = known_models()
 
@@ -26,7 +45,7 @@ def all_specs():
 
 def raw_space(arch="sm90"):
     for gemm in ("gemm1", "gemm2"):
-        for m, n, k, s in itertools.product(cs.SM90_BLOCK_M, cs.SM90_BLOCK_N, cs.SM90_BLOCK_K, cs.SM90_STAGES):
+        for m, n, k, s in itertools.product(*cs.AXES.values()):
             yield KernelConfig(arch, gemm, m, n, k, s)
 
 
@@ -93,15 +112,15 @@ def test_every_rule_is_live(index):
 
 
 def test_rule_examples():
-    k2880 = cs.GemmShape(n=5760, k=2880)
-    k4096 = cs.GemmShape(n=4096, k=4096)
+    k2880 = GemmShape(n=5760, k=2880)
+    k4096 = GemmShape(n=4096, k=4096)
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k2880) == SM90_RULES[0][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 64, 8), k4096) == SM90_RULES[1][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 8), cs.GemmShape(256, 128)) == SM90_RULES[3][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), GemmShape(4096, 256)) == SM90_RULES[2][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 8), GemmShape(256, 128)) == SM90_RULES[3][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), k4096) == SM90_RULES[4][0]
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), cs.GemmShape(256, 256)) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 64, 3), GemmShape(256, 256)) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 16, 64, 4), k4096) == SM90_RULES[5][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 64, 4), k4096) is None
     # 32 token rows pay for two consumer warpgroups only at two CTAs per SM (consumers within 104
@@ -114,35 +133,39 @@ def test_rule_examples():
     # (m256n128k64, m256n64k128) compile spill-free, 256 (m256n128k128) cannot fit in 224
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 64, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) is None
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), cs.GemmShape(4096, 256)) == SM90_RULES[2][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), GemmShape(4096, 256)) == SM90_RULES[2][0]
 
 
-def _header_dir():
-    from moegen.render import INCLUDE_DIR
-    return INCLUDE_DIR / "moegen"
-
-
-def test_two_ctas_per_sm_mirrors_the_template_rule():
-    """kTwoCtasPerSm in sm90_mxfp4_grouped_gemm.cuh: two consumer warpgroups needing <= 104 registers."""
+def test_two_ctas_per_sm_and_the_rendered_register_plan():
+    """The template compiles with the resource model's numbers (launch_resources): one source."""
     two = {c.name for c in raw_space() if cs.two_ctas_per_sm(c)}
     assert "moegen_sm90_gemm1_m128n64k64s4" in two and "moegen_sm90_gemm2_m128n32k64s8" in two
     assert not any("_m64n" in n for n in two)  # one consumer warpgroup: its own occupancy rule
     assert "moegen_sm90_gemm1_m128n64k128s8" not in two  # 32 + 64 + 30 = 126 registers
     assert "moegen_sm90_gemm1_m256n32k64s4" not in two  # two slices: 2 * (16 + 32) + 30 = 126
-    header = (_header_dir() / "sm90_mxfp4_grouped_gemm.cuh").read_text()
-    assert "kConsumerNeed <= 104" in header and "kConsumerNeed = kSlicesPerConsumer * (BN / 2 + BK / 2) + 30" in header
+    spec = load_model("deepseek-v4-flash")
+    for cfg, plan in ((KernelConfig("sm90", "gemm1", 128, 64, 64, 4), (2, 32, 104)),
+                      (KernelConfig("sm90", "gemm1", 256, 128, 64, 4), (1, 56, 224)),
+                      (KernelConfig("sm90", "gemm1", 64, 8, 128, 6), (4, 0, 0)),  # 65536 // 160 // 98
+                      (KernelConfig("sm90", "gemm2", 64, 256, 64, 3), (1, 0, 0))):
+        r = cs.launch_resources(cfg)
+        assert (r["min_blocks_per_sm"], r["producer_registers"], r["consumer_registers"]) == plan
+        text = render.gemm_source(spec, cfg)
+        assert f"TileShape<{cfg.block_m}, {cfg.block_n}, {cfg.block_k}, {cfg.stages}, {plan[0]},\n" in text
+        assert f"{plan[1]}, {plan[2]}>;" in text
 
 
-def test_k_padding():
-    assert cs.GemmShape(10, 2880).k_padded == 2880
-    assert cs.GemmShape(10, 1440).k_padded == 1472
-    assert cs.GemmShape(10, 64).k_padded == 64
-    assert cs.GemmShape(10, 65).k_padded == 128
+def test_layout_padding():
+    assert SM90_ATOMS.padded(10, 2880) == (128, 2880)
+    assert SM90_ATOMS.padded(5760, 1440) == (5760, 1472)
+    assert SM90_ATOMS.padded(4096, 65) == (4096, 128)
+    assert SM90_ATOMS.shapes(3, 4096, 2048) == {"w": (3, 64, 32, 2048), "scales": (3, 64, 32, 128),
+                                                "expert_scale": (3,)}
 
 
 def test_gemm_shapes_follow_parallel_split():
     s = load_model("gpt-oss-20b").with_parallel(tp_size=2)
-    assert gemm_shapes(s) == {"gemm1": cs.GemmShape(2880, 2880), "gemm2": cs.GemmShape(2880, 1440)}
+    assert gemm_shapes(s) == {"gemm1": GemmShape(2880, 2880), "gemm2": GemmShape(2880, 1440)}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -154,8 +177,16 @@ def test_candidates_are_exactly_the_valid_raw_configs(model):
     assert len(valid) < len(list(raw_space()))
 
 
-def test_candidate_configs_for_sm100_is_empty():
-    assert candidate_configs(load_model("qwen3-30b-a3b"), "sm100") == []
+def test_unknown_arch_is_a_clear_error():
+    with pytest.raises(ValueError, match="arch 'sm75': expected one of sm90"):
+        get_arch("sm75")
+    assert set(ARCHS) >= {"sm90"}
+
+
+def test_off_axis_configs_are_rejected_with_the_axis():
+    shape = GemmShape(4096, 4096)
+    assert "block_n = 24 is not on the sm90 axis" in rejection_reason(KernelConfig("sm90", "gemm1", 64, 24, 64, 4), shape)
+    assert "stages = 12" in rejection_reason(KernelConfig("sm90", "gemm1", 64, 8, 64, 12), shape)
 
 
 # --- defaults ---------------------------------------------------------------------------------------------
@@ -169,13 +200,13 @@ def default_specs():
 @pytest.mark.parametrize("spec", default_specs(), ids=lambda s: s.variant)
 def test_default_configs(spec):
     configs = default_configs(spec, "sm90")
-    assert len(configs) == 2 * len(cs.SM90_DEFAULTS)
+    assert len(configs) == 2 * len(SM90_DEFAULTS)
     shapes = gemm_shapes(spec)
     for gemm in ("gemm1", "gemm2"):
         mine = [c for c in configs if c.gemm == gemm]
-        assert len(mine) == len(cs.SM90_DEFAULTS)
+        assert len(mine) == len(SM90_DEFAULTS)
         tiles = [(c.block_m, c.block_n, c.block_k, c.stages) for c in mine]
-        for tile, choices in zip(tiles, cs.SM90_DEFAULTS.values()):
+        for tile, choices in zip(tiles, SM90_DEFAULTS.values()):
             assert tile in {tuple(x) for x in choices}
         for c in mine:
             assert c.arch == "sm90"
@@ -198,17 +229,14 @@ def test_gpt_oss_gets_no_block_k_128(spec):
     assert any(c.block_k == 128 for c in candidate_configs(load_model("deepseek-v3"), "sm90"))
 
 
-def test_default_configs_sm100_not_implemented():
-    with pytest.raises(NotImplementedError, match="SM100"):
-        default_configs(load_model("deepseek-v3"), "sm100")
-
-
 def test_check_configs_names_the_kernel():
     spec = load_model("gpt-oss-120b")
     bad = KernelConfig("sm90", "gemm1", 64, 16, 128, 6)
     good = default_configs(spec, "sm90")
     with pytest.raises(ValueError) as excinfo:
         check_configs(spec, good + [bad])
+    with pytest.raises(ValueError, match="not an sm90 kernel"):
+        check_configs(spec, [KernelConfig("sm100", "gemm1", 64, 16, 64, 3)])
     msg = str(excinfo.value)
     assert "moegen_sm90_gemm1_m64n16k128s6" in msg
     assert "gpt-oss-120b" in msg
@@ -220,4 +248,4 @@ def test_check_configs_names_the_kernel():
 @pytest.mark.parametrize("model, tp", [("deepseek-v3", 8), ("qwen3-30b-a3b", 4)])
 def test_default_configs_exist_for_common_tp_splits(model, tp):
     spec = load_model(model).with_parallel(tp_size=tp)
-    assert len(default_configs(spec, "sm90")) == 2 * len(cs.SM90_DEFAULTS)
+    assert len(default_configs(spec, "sm90")) == 2 * len(SM90_DEFAULTS)

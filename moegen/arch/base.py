@@ -1,0 +1,87 @@
+"""What every arch module provides: its config space as data (axes, rules with one-line hardware
+reasons, fallback defaults), its resource model, its build flags and the weight layout it consumes."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+from ..naming import GEMMS, KernelConfig
+from ..problem import GemmShape, gemm_shapes
+from ..spec import ModelSpec
+
+# (reason, predicate): a config is valid for a GEMM shape when every predicate holds.
+Rule = tuple[str, Callable[[KernelConfig, GemmShape], bool]]
+
+
+@dataclass(frozen=True)
+class ArchPolicy:
+    name: str  # "sm90"
+    gencode: str  # nvcc's -gencode for the arch-specific target
+    compute_capability: tuple[int, int]  # the only one its code runs on
+    weight_layout: str  # moegen.layout name of the prepared weights its kernels read
+    activation_format: str  # the GEMMs' activation operand ("bf16")
+    axes: dict  # KernelConfig field -> allowed values
+    rules: tuple[Rule, ...]
+    # Per regime (decode, mid, prefill) an ordered list of (block_m, block_n, block_k, stages): the first
+    # valid one per GEMM is built when no shipped dispatch table covers the problem.
+    fallback: dict
+    # KernelConfig -> the template's resource parameters (CTAs per SM, register split)
+    launch_resources: Callable[[KernelConfig], dict]
+    # (block_m, block_n, block_k, stages) worth timing first: `moegen tune --kernels shortlist` times the
+    # valid ones, a fraction of the space, for GPUs and problems without a table of their own.
+    shortlist: tuple = ()
+
+    def rejection_reason(self, c: KernelConfig, shape: GemmShape) -> str | None:
+        for field, allowed in self.axes.items():
+            if getattr(c, field) not in allowed:
+                return f"{field} = {getattr(c, field)} is not on the {self.name} axis {allowed}"
+        for reason, ok in self.rules:
+            if not ok(c, shape):
+                return reason
+        return None
+
+    def candidate_configs(self, spec: ModelSpec) -> list[KernelConfig]:
+        """Every valid config of both GEMMs for this spec: the space `moegen tune` searches."""
+        out = []
+        for gemm, shape in gemm_shapes(spec).items():
+            for values in itertools.product(*self.axes.values()):
+                c = KernelConfig(self.name, gemm, **dict(zip(self.axes, values)))
+                if self.rejection_reason(c, shape) is None:
+                    out.append(c)
+        return out
+
+    def fallback_configs(self, spec: ModelSpec) -> list[KernelConfig]:
+        """Per GEMM, a decode, a mid-batch and a prefill kernel (the first valid of each regime's list)."""
+        out = []
+        for gemm, shape in gemm_shapes(spec).items():
+            for regime, choices in self.fallback.items():
+                for m, n, k, s in choices:
+                    c = KernelConfig(self.name, gemm, m, n, k, s)
+                    if self.rejection_reason(c, shape) is None:
+                        if c not in out:
+                            out.append(c)
+                        break
+                else:
+                    raise ValueError(f"{spec.source}: no {regime} {gemm} config of {self.name} fits "
+                                     f"N={shape.n}, K={shape.k}")
+        return out
+
+    def shortlist_configs(self, spec: ModelSpec) -> list[KernelConfig]:
+        out = []
+        for gemm, shape in gemm_shapes(spec).items():
+            for m, n, k, s in self.shortlist:
+                c = KernelConfig(self.name, gemm, m, n, k, s)
+                if self.rejection_reason(c, shape) is None:
+                    out.append(c)
+        return out
+
+    def check_configs(self, spec: ModelSpec, configs: list[KernelConfig]) -> None:
+        """ValueError naming the first config that is not a valid kernel of this arch for spec."""
+        shapes = gemm_shapes(spec)
+        for c in configs:
+            if c.arch != self.name or c.gemm not in GEMMS:
+                raise ValueError(f"kernel config {c.name}: not an {self.name} kernel (gemm1/gemm2 of {self.name})")
+            reason = self.rejection_reason(c, shapes[c.gemm])
+            if reason:
+                raise ValueError(f"kernel config {c.name}: invalid for {spec.variant}: {reason}")

@@ -1,0 +1,124 @@
+"""SM90 (Hopper: H100, H200, H20): the warp-specialized MXFP4 x BF16 grouped GEMM of
+templates/include/moegen/sm90/.  Tile shapes as data, each pruning rule one line with its reason,
+the register plan the template compiles with, and the weight layout the kernels stream.
+"""
+from __future__ import annotations
+
+from ..layout import SM90_ATOMS
+from ..naming import KernelConfig
+from .base import ArchPolicy, Rule
+
+LAYOUT = SM90_ATOMS
+SMEM_LIMIT = 227 * 1024  # opt-in dynamic shared memory per CTA on every SM90 part
+REGISTER_FILE = 65536  # 32-bit registers per SM
+
+
+def smem_bytes(c: KernelConfig) -> int:
+    b = c.block_n * c.block_k * 2 * c.stages  # bf16 activation tiles
+    a = (c.block_m // LAYOUT.atom_rows) * (c.block_k // LAYOUT.atom_k) * \
+        (LAYOUT.atom_bytes + LAYOUT.atom_scale_bytes) * c.stages  # e2m1 atoms + e8m0 scales
+    barriers = 16 * c.stages  # full + empty mbarrier per slot
+    row_factors = 2 * c.block_n * 4 if c.gemm == "gemm2" else 4  # routing weights, double-buffered
+    return b + a + barriers + row_factors + 1024  # + alignment of the swizzled B tile
+
+
+# --- resource model: the template compiles with exactly these numbers (launch_resources) ------------
+def consumer_warpgroups(c: KernelConfig) -> int:
+    return min(c.block_m // 64, 2)  # 64-row weight slices over at most two consumer warpgroups
+
+
+def slices_per_consumer(c: KernelConfig) -> int:
+    return (c.block_m // 64) // consumer_warpgroups(c)
+
+
+def threads(c: KernelConfig) -> int:
+    consumers = consumer_warpgroups(c)
+    return 128 * consumers + 32 * (4 if consumers > 1 else 1)  # a producer warpgroup, or one warp
+
+
+def accumulator_registers(c: KernelConfig) -> int:
+    return slices_per_consumer(c) * c.block_n // 2  # 64 x block_n fp32 accumulators per slice, 128 threads
+
+
+def a_fragment_registers(c: KernelConfig) -> int:
+    return slices_per_consumer(c) * 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments per slice
+
+
+def consumer_register_need(c: KernelConfig) -> int:
+    """A consumer thread's accumulators + double-buffered A fragments + ~30 for the widening."""
+    return accumulator_registers(c) + a_fragment_registers(c) + 30
+
+
+def two_ctas_per_sm(c: KernelConfig) -> bool:
+    """Two consumer warpgroups needing at most 104 registers fit two CTAs per SM: 80 registers per
+    thread at launch (65536 / 768); the producer warpgroup keeps 32 and hands the rest over
+    (128 * 32 + 256 * 104 = 384 * 80): 16 consumer warps per SM to hide the widening's latency."""
+    return consumer_warpgroups(c) > 1 and consumer_register_need(c) <= 104
+
+
+def launch_resources(c: KernelConfig) -> dict:
+    """The template's register plan: CTAs per SM that __launch_bounds__ must allow, and the setmaxnreg
+    split.  One consumer warpgroup: as many CTAs as its natural need allows (or ptxas spends
+    registers on hoisted wgmma descriptors and fewer CTAs fit); two: two CTAs when their need is
+    small, else one (block_n 256, whose 128 accumulators dominate, one)."""
+    if two_ctas_per_sm(c):
+        return dict(min_blocks_per_sm=2, producer_registers=32, consumer_registers=104)
+    if consumer_warpgroups(c) > 1:
+        return dict(min_blocks_per_sm=1, producer_registers=56, consumer_registers=224)  # 128*56 + 256*224 <= 65536
+    # one consumer warpgroup: no setmaxnreg hand-off (0, 0)
+    min_blocks = 1 if c.block_n >= 256 else REGISTER_FILE // threads(c) // consumer_register_need(c)
+    return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0)
+
+
+def _k_padded(k: int) -> int:
+    return LAYOUT.padded(0, k)[1]
+
+
+def _n_padded(n: int) -> int:
+    return LAYOUT.padded(n, 0)[0]
+
+
+AXES = {"block_m": (64, 128, 256), "block_n": (8, 16, 32, 64, 128, 256), "block_k": (64, 128),
+        # No 12: the K loop unrolls over the ring (compile-time slots), and 12-deep rings never won a
+        # bucket of the H200 tuner (s4-s8 did).
+        "stages": (3, 4, 6, 8)}
+
+RULES: tuple[Rule, ...] = (
+    ("block_k must divide the 64-padded K: prepared atoms end there",
+     lambda c, s: _k_padded(s.k) % c.block_k == 0),
+    ("shared memory per CTA is at most 227 KiB on SM90", lambda c, s: smem_bytes(c) <= SMEM_LIMIT),
+    ("consumer accumulators + A fragments must leave registers for the widening (255 per thread with one "
+     "consumer warpgroup, 224 after setmaxnreg with two: 192 compiled spill-free at m256n128k64 and m256n64k128), "
+     "or ptxas spills",
+     lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= (200 if c.block_m == 64 else 192)),
+    ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
+     lambda c, s: c.stages - 2 <= max(1, _k_padded(s.k) // c.block_k)),
+    ("3 stages leave one slot loading while two feed wgmmas: too little to hide HBM latency unless the K loop "
+     "is that short",
+     lambda c, s: c.stages > 3 or _k_padded(s.k) // c.block_k <= 4),
+    ("two consumer warpgroups only pay off once a CTA has enough token rows to share B, or fits twice on an "
+     "SM (32 token rows, consumers within 104 registers)",
+     lambda c, s: c.block_m == 64 or c.block_n >= 64 or (c.block_n >= 32 and two_ctas_per_sm(c))),
+    ("a CTA's weight rows must lie inside the prepared tensor, whose rows are padded to 128",
+     lambda c, s: -(-s.n // c.block_m) * c.block_m <= _n_padded(s.n)),
+)
+
+# Fallback kernels when no shipped dispatch table covers a problem: per GEMM a decode, a mid-batch
+# and a prefill kernel, the first valid of each list (the H200 tuner's picks for deepseek-v4-flash:
+# n8 up to ~64 tokens, n32-n64 around 256-1024, m128 n128-n256 from 4096).
+FALLBACK = {
+    "decode": [(64, 8, 128, 4), (64, 8, 64, 4), (64, 8, 64, 3)],
+    "mid": [(64, 32, 128, 4), (64, 32, 64, 4), (64, 32, 64, 3)],
+    "prefill": [(128, 128, 128, 4), (128, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 3)],
+}
+
+# The tiles that won buckets of the H200 tuner on deepseek-v4-flash (n8 k128 s6/s8 at decode, m64n16k128s4
+# at T = 64, m128n32k64s6 at 256, m128n64k64s6 at 1024, m256n128k64s6 from 4096), their k64 twins for
+# K that 128 does not divide (gpt-oss: 2880), and one neighbour each way in N.
+SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), (64, 16, 64, 4), (64, 16, 64, 6),
+             (64, 32, 128, 4), (64, 32, 64, 4), (128, 32, 64, 6), (128, 64, 64, 6), (128, 128, 64, 4),
+             (256, 64, 64, 6), (256, 128, 64, 6))
+
+SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", compute_capability=(9, 0),
+                  weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
+                  launch_resources=launch_resources, shortlist=SHORTLIST)

@@ -1,0 +1,140 @@
+"""Build artifacts on disk: the manifest's schema, the C ABI version, content hashing and atomic writes.
+
+Ground floor: the build writes these, the runtime reads them, and neither needs the other to do so.
+A manifest is read back field by field; anything off gives an ArtifactError naming the file, the
+field, the value and what was expected.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST_SCHEMA = 2
+MANIFEST_NAME = "manifest.json"
+ABI_VERSION = 2  # templates/include/moegen/abi.h MOEGEN_ABI_VERSION
+
+
+class ArtifactError(RuntimeError):
+    """A build directory, manifest or library is missing, unreadable or inconsistent."""
+
+
+def sha256_bytes(*parts: str | bytes) -> str:
+    """sha256 over the parts, each followed by a NUL (so ("ab", "c") and ("a", "bc") differ)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write path through a temporary file in its directory and a rename: a reader sees the old
+    contents or the new, never part of either (also when the writer is killed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are ordinary readable files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    fingerprint: str
+    variant: str
+    arch: str
+    spec: dict  # ModelSpec.to_dict()
+    kernels: tuple[str, ...]  # canonical names, in the library's kernel-table order
+    library: str  # file name beside the manifest
+    library_sha256: str
+    weight_layout: str
+    activation_format: str
+    data: dict  # the whole document (toolchain, objects, resources, ...)
+
+    @property
+    def out_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def library_path(self) -> Path:
+        return self.out_dir / self.library
+
+
+def _field(path: Path, data: dict, key: str, kind: type, what: str) -> Any:
+    v = data.get(key)
+    if not isinstance(v, kind):
+        raise ArtifactError(f"{path}: field '{key}' = {v!r}: expected {what}; rebuild with `moegen build`")
+    return v
+
+
+def read_manifest(out_dir: Path) -> Manifest:
+    """The manifest of a build directory, checked for shape (not against its library: see verify_library)."""
+    path = Path(out_dir) / MANIFEST_NAME
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ArtifactError(f"{out_dir}: not a directory (expected a build directory with {MANIFEST_NAME})")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no manifest; run `moegen build` first") from None
+    except IsADirectoryError:
+        raise ArtifactError(f"{path}: is a directory, expected the build's JSON manifest") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ArtifactError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: top level = {type(data).__name__}: expected a JSON object; rebuild")
+    if data.get("schema") != MANIFEST_SCHEMA:
+        raise ArtifactError(f"{path}: field 'schema' = {data.get('schema')!r}: expected {MANIFEST_SCHEMA}; rebuild "
+                            "with this moegen")
+    kernels = _field(path, data, "kernels", list, "a list of kernel entries")
+    names = []
+    for k in kernels:
+        if not isinstance(k, dict) or not isinstance(k.get("name"), str):
+            raise ArtifactError(f"{path}: field 'kernels' holds {k!r}: expected objects with a 'name'")
+        names.append(k["name"])
+    library = _field(path, data, "library", str, "the library's file name")
+    if Path(library).name != library or not library.startswith("libmoegen-") or not library.endswith(".so"):
+        raise ArtifactError(f"{path}: field 'library' = {library!r}: expected a libmoegen-*.so file name beside it")
+    return Manifest(path=path, fingerprint=_field(path, data, "fingerprint", str, "a sha256 hex digest"),
+                    variant=_field(path, data, "variant", str, "the variant name"),
+                    arch=_field(path, data, "arch", str, "an arch name"),
+                    spec=_field(path, data, "spec", dict, "the model spec as an object"),
+                    kernels=tuple(names), library=library,
+                    library_sha256=_field(path, data, "library_sha256", str, "a sha256 hex digest"),
+                    weight_layout=_field(path, data, "weight_layout", str, "a weight layout name"),
+                    activation_format=_field(path, data, "activation_format", str, "an activation format"),
+                    data=data)
+
+
+def verify_library(m: Manifest) -> None:
+    """The library the manifest names exists, is a file, and has the manifest's sha256."""
+    lib = m.library_path
+    if not lib.exists():
+        raise ArtifactError(f"{lib}: library named by {m.path} is missing; rebuild")
+    if not lib.is_file():
+        raise ArtifactError(f"{lib}: not a file (the manifest names it as the library); rebuild")
+    if file_sha256(lib) != m.library_sha256:
+        raise ArtifactError(f"{lib}: its sha256 differs from {m.path}'s (a stale or damaged library); rebuild")

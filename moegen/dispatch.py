@@ -1,0 +1,184 @@
+"""Dispatch: which kernels run for a token count, from versioned tables keyed by GPU and problem.
+
+A table names kernels by their canonical names and is filed under
+``<dir>/<arch>/<gpu slug>/<problem key>.json`` (moegen.problem.ProblemKey): the GPU model and its SM
+count, and the GEMM problem, decide the choice; no build fingerprint does, so tables ship with moegen
+(``configs/dispatch``) and every build whose kernels include a table's picks can use it.  Lookup
+order: a user table (``moegen tune`` writes them under ``<out>/dispatch``), a shipped table for this
+GPU, a shipped table of another GPU of the arch for this problem (with a warning), and last the
+documented heuristic over the library's kernels (with a warning).  A driver or CUDA version that
+differs from the tuning machine's warns and still uses the table.
+
+Ground floor: spec, problem and naming only.
+"""
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .naming import KernelConfig, parse_kernel_name
+from .problem import ProblemKey, rows_per_expert
+from .spec import CONFIG_DIR, ModelSpec
+
+TABLE_SCHEMA = 2
+SHIPPED_DIR = CONFIG_DIR / "dispatch"
+USER_DIR_NAME = "dispatch"  # under a build's output root
+
+
+class DispatchError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    sm_count: int
+    driver: str = "unknown"
+    cuda: str = "unknown"
+
+    @property
+    def slug(self) -> str:
+        return gpu_slug(self.name, self.sm_count)
+
+
+def gpu_slug(name: str, sm_count: int) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") + f"-{sm_count}sm"
+
+
+def table_path(root: Path, arch: str, gpu: GpuInfo, problem: ProblemKey) -> Path:
+    return Path(root) / arch / gpu.slug / f"{problem.slug}.json"
+
+
+def user_dir(out_root: Path) -> Path:
+    return Path(out_root) / USER_DIR_NAME
+
+
+class Dispatch:
+    """Bucket lookup: the table's choice for the smallest bucket >= T (the largest beyond it)."""
+
+    def __init__(self, table: dict, kernel_names: list[str], source: str):
+        rows = sorted(table["buckets"], key=lambda b: b["tokens"])
+        if not rows:
+            raise DispatchError("no buckets")
+        index = {n: i for i, n in enumerate(kernel_names)}
+        missing = [n for b in rows for n in (b["gemm1"], b["gemm2"]) if n not in index]
+        if missing:
+            raise DispatchError(f"names {missing[0]}, which the library does not have (build it with "
+                                "`moegen build`'s default kernels, or `moegen tune` for this library)")
+        self.source = source
+        self.tokens = [b["tokens"] for b in rows]
+        self.picks = [(index[b["gemm1"]], index[b["gemm2"]]) for b in rows]
+
+    def choose(self, tokens: int) -> tuple[int, int]:
+        for t, pick in zip(self.tokens, self.picks):
+            if tokens <= t:
+                return pick
+        return self.picks[-1]
+
+
+def read_table(path: Path) -> dict:
+    """A table file, checked for shape; DispatchError names the file and what is wrong."""
+    try:
+        table = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise DispatchError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    except ValueError as e:
+        raise DispatchError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(table, dict) or table.get("schema") != TABLE_SCHEMA:
+        got = table.get("schema") if isinstance(table, dict) else type(table).__name__
+        raise DispatchError(f"{path}: schema {got!r}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
+    buckets = table.get("buckets")
+    if not isinstance(buckets, list) or not buckets:
+        raise DispatchError(f"{path}: field 'buckets' = {buckets!r}: expected a non-empty list")
+    for b in buckets:
+        ok = isinstance(b, dict) and isinstance(b.get("tokens"), int) and b["tokens"] > 0
+        for gemm in ("gemm1", "gemm2"):
+            try:
+                ok = ok and parse_kernel_name(b.get(gemm)).gemm == gemm
+            except ValueError:
+                ok = False
+        if not ok:
+            raise DispatchError(f"{path}: bucket {b!r}: expected tokens > 0 and a gemm1 and a gemm2 kernel name")
+    return table
+
+
+def shipped_tables(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> list[Path]:
+    """Every shipped table for this problem on any GPU of the arch."""
+    return sorted((Path(root) / arch).glob(f"*/{problem.slug}.json"))
+
+
+def table_kernels(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> list[KernelConfig]:
+    """The kernels the shipped tables for this problem pick (the default build), sorted, unique."""
+    names = set()
+    for path in shipped_tables(arch, problem, root):
+        for b in read_table(path)["buckets"]:
+            names.update((b["gemm1"], b["gemm2"]))
+    return sorted(parse_kernel_name(n) for n in names)
+
+
+def _versions_note(path: Path, table: dict, gpu: GpuInfo) -> str:
+    tuned = table.get("tuned_with", {})
+    diffs = [f"{k} {tuned.get(k)} (this machine {getattr(gpu, k)})" for k in ("driver", "cuda")
+             if tuned.get(k) not in (None, getattr(gpu, k))]
+    return f"{path}: tuned with {', '.join(diffs)}; using it anyway" if diffs else ""
+
+
+def find_dispatch(arch: str, gpu: GpuInfo, problem: ProblemKey, kernel_names: list[str],
+                  user_root: Path | None = None, shipped_root: Path = SHIPPED_DIR) -> tuple[Dispatch | None, list[str]]:
+    """The table to dispatch by, and notes worth a warning (why a table was passed over, or which
+    fallback is used).  None: no usable table; the caller uses the heuristic."""
+    notes = []
+    exact = [table_path(r, arch, gpu, problem) for r in (user_root, shipped_root) if r is not None]
+    others = [p for p in shipped_tables(arch, problem, shipped_root) if p not in exact]
+    for i, path in enumerate([*exact, *others]):
+        if not path.is_file():
+            continue
+        try:
+            table = read_table(path)
+            dispatch = Dispatch(table, kernel_names, str(path))
+        except DispatchError as e:
+            notes.append(f"{path if str(path) not in str(e) else ''} {e}".strip())
+            continue
+        if i >= len(exact):
+            notes.append(f"no dispatch table for {gpu.name} ({gpu.sm_count} SMs) and problem {problem.slug}; using "
+                         f"the one tuned on {table['gpu']['name']} ({table['gpu']['sm_count']} SMs), {path}. "
+                         "`moegen tune` writes one for this GPU")
+        else:
+            version_note = _versions_note(path, table, gpu)
+            if version_note:
+                notes.append(version_note)
+        return dispatch, notes
+    notes.append(f"no dispatch table for {arch} {gpu.name} ({gpu.sm_count} SMs) and problem {problem.slug}; "
+                 "using the block_n heuristic (`moegen tune` writes a table)")
+    return None, notes
+
+
+def heuristic_choice(kernels: list[KernelConfig], spec: ModelSpec, tokens: int) -> tuple[int, int]:
+    """The documented fallback: per GEMM, the smallest block_n covering the average rows per expert
+    (ties: fewer weight rows per CTA, then deeper pipelines), else the largest block_n."""
+    rows = rows_per_expert(spec, tokens)
+    picks = []
+    for gemm in ("gemm1", "gemm2"):
+        cands = [(i, k) for i, k in enumerate(kernels) if k.gemm == gemm]
+        if not cands:
+            raise DispatchError(f"the library has no {gemm} kernel")
+        covering = [(k.block_n, k.block_m, -k.stages, i) for i, k in cands if k.block_n >= rows]
+        picks.append(min(covering)[3] if covering else max((k.block_n, -k.block_m, k.stages, i)
+                                                           for i, k in cands)[3])
+    return picks[0], picks[1]
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def gpu_as_dict(gpu: GpuInfo) -> dict:
+    return asdict(gpu)

@@ -1,0 +1,126 @@
+"""A model spec from a published Hugging Face `config.json`: the MoE layer's experts, top-k, sizes,
+router kind and parameters, activation and its limits, for the architectures moegen serves
+(`moegen spec --from-config`).  Anything else is a SpecError naming the file and the field."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from .spec import ModelSpec, SpecError, model_from_dict
+
+GPT_OSS_ALPHA = 1.702  # fixed in the gpt-oss modelling code, not in config.json
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "an object"}
+
+
+class _Config:
+    def __init__(self, data: Any, source: str):
+        if not isinstance(data, dict):
+            raise SpecError(f"{source}: top level = {type(data).__name__}: expected a JSON object (a config.json)")
+        self.data, self.source = data, source
+
+    def get(self, key: str, kind: type | tuple, default: Any = ...) -> Any:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        what = " or ".join(_KIND_NAMES[k] for k in kinds)
+        if key not in self.data:
+            if default is ...:
+                raise SpecError(f"{self.source}: field '{key}' = None: expected {what} (field is required)")
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+            raise SpecError(f"{self.source}: field '{key}' = {v!r}: expected {what}")
+        return v
+
+    def one_of(self, key: str, allowed: tuple, default: Any = ...) -> Any:
+        v = self.get(key, str, default)
+        if v not in allowed:
+            raise SpecError(f"{self.source}: field '{key}' = {v!r}: expected one of {', '.join(map(repr, allowed))} "
+                            "(the values moegen's kernels implement)")
+        return v
+
+
+def _deepseek_v4(c: _Config) -> dict:
+    c.one_of("scoring_func", ("sqrtsoftplus",))
+    c.one_of("topk_method", ("noaux_tc",))
+    if c.get("n_group", int, 1) != 1:
+        raise SpecError(f"{c.source}: field 'n_group' = {c.data['n_group']!r}: expected 1 or absent (DeepSeek-V4 "
+                        "selects a plain top-k)")
+    limit = c.get("swiglu_limit", (int, float), None)
+    return dict(num_experts=c.get("n_routed_experts", int), hidden_size=c.get("hidden_size", int),
+                intermediate_size=c.get("moe_intermediate_size", int),
+                router=dict(kind="sqrtsoftplus_topk", top_k=c.get("num_experts_per_tok", int), score_bias=True,
+                            renormalize=c.get("norm_topk_prob", bool, True),
+                            routed_scaling_factor=c.get("routed_scaling_factor", (int, float), 1.0),
+                            hash_layers=c.get("num_hash_layers", int, 0)),
+                activation=dict(kind="swiglu", limit=None if limit is None else float(limit)))
+
+
+def _deepseek_v3(c: _Config) -> dict:
+    c.one_of("scoring_func", ("sigmoid",))
+    c.one_of("topk_method", ("noaux_tc",))  # score + correction bias; groups scored by their top-2 sum
+    return dict(num_experts=c.get("n_routed_experts", int), hidden_size=c.get("hidden_size", int),
+                intermediate_size=c.get("moe_intermediate_size", int),
+                router=dict(kind="sigmoid_group_topk", top_k=c.get("num_experts_per_tok", int),
+                            n_group=c.get("n_group", int, 1), topk_group=c.get("topk_group", int, 1),
+                            group_score="top2_sum", score_bias=True, renormalize=c.get("norm_topk_prob", bool, True),
+                            routed_scaling_factor=c.get("routed_scaling_factor", (int, float), 1.0)),
+                activation=dict(kind="swiglu"))
+
+
+def _gpt_oss(c: _Config) -> dict:
+    top_k = c.get("num_experts_per_tok", int, None)
+    top_k = c.get("experts_per_token", int) if top_k is None else top_k
+    quant = c.get("quantization_config", dict, {})
+    if quant and quant.get("quant_method") != "mxfp4":
+        raise SpecError(f"{c.source}: field 'quantization_config.quant_method' = {quant.get('quant_method')!r}: "
+                        "expected 'mxfp4'")
+    return dict(num_experts=c.get("num_local_experts", int), hidden_size=c.get("hidden_size", int),
+                intermediate_size=c.get("intermediate_size", int), router=dict(kind="topk_softmax", top_k=top_k),
+                activation=dict(kind="swiglu_oai", alpha=GPT_OSS_ALPHA,
+                                limit=float(c.get("swiglu_limit", (int, float)))),
+                bias=dict(gemm1=True, gemm2=True))
+
+
+def _qwen3_moe(c: _Config) -> dict:
+    c.one_of("hidden_act", ("silu",), "silu")
+    return dict(num_experts=c.get("num_experts", int), hidden_size=c.get("hidden_size", int),
+                intermediate_size=c.get("moe_intermediate_size", int),
+                router=dict(kind="softmax_topk", top_k=c.get("num_experts_per_tok", int),
+                            renormalize=c.get("norm_topk_prob", bool, False)),
+                activation=dict(kind="swiglu"))
+
+
+MODEL_TYPES: dict[str, Callable[[_Config], dict]] = {
+    "deepseek_v4": _deepseek_v4, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3_moe": _qwen3_moe}
+
+
+def default_name(path: Path) -> str:
+    """A spec name from the model directory's name (DeepSeek-V4-Flash -> deepseek-v4-flash)."""
+    stem = path.parent.name if path.name == "config.json" else path.stem
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._") or "model"
+
+
+def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    except ValueError as e:
+        raise SpecError(f"{path}: not valid JSON ({e})") from None
+    c = _Config(data, str(path))
+    model_type = c.get("model_type", str)
+    if model_type not in MODEL_TYPES:
+        raise SpecError(f"{path}: field 'model_type' = {model_type!r}: expected one of "
+                        f"{', '.join(map(repr, MODEL_TYPES))} (the architectures moegen serves)")
+    return model_from_dict(dict(name=name or default_name(path), **MODEL_TYPES[model_type](c)), str(path))
+
+
+def spec_yaml(spec: ModelSpec, config_path: Path) -> str:
+    import yaml
+    header = (f"# {spec.name}: MoE layer spec written by `moegen spec --from-config {config_path}`\n"
+              "# (fields the config.json does not hold come from the architecture's modelling code).\n")
+    return header + yaml.safe_dump(spec.to_dict(), sort_keys=False)

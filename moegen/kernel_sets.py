@@ -1,0 +1,34 @@
+"""Which kernels a build compiles: 'default' (the shipped dispatch tables' picks for this problem on
+any GPU of the arch, or the arch's fallback kernels when no table covers it), 'all' (the arch's
+whole config space, for tuning), 'shortlist' (the arch's tiles worth timing first: a quicker tune)
+or a comma-separated list of canonical names."""
+from __future__ import annotations
+
+from .arch import get_arch
+from .dispatch import SHIPPED_DIR, table_kernels
+from .naming import KernelConfig, parse_kernel_name
+from .problem import ProblemKey
+from .spec import ModelSpec
+
+
+def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
+    picked = table_kernels(arch, ProblemKey.of(spec), shipped_root)
+    return picked or get_arch(arch).fallback_configs(spec)
+
+
+def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
+    """ValueError for an unknown arch, a malformed name or a kernel of another arch."""
+    policy = get_arch(arch)
+    if kernels == "default":
+        return default_kernels(spec, arch, shipped_root)
+    if kernels == "all":
+        return policy.candidate_configs(spec)
+    if kernels == "shortlist":
+        return policy.shortlist_configs(spec)
+    configs = [parse_kernel_name(n.strip()) for n in kernels.split(",") if n.strip()]
+    if not configs:
+        raise ValueError(f"--kernels {kernels!r}: expected 'default', 'all', 'shortlist' or comma-separated kernel names")
+    for c in configs:
+        if c.arch != arch:
+            raise ValueError(f"--kernels: {c.name} is not an {arch} kernel")
+    return configs

@@ -1,0 +1,71 @@
+"""Prepared weight layouts: what an arch's kernels stream, named, so the manifest can say which one a
+library consumes and prepare and the runtime can key on that name instead of repeating its shape.
+
+The packing itself lives in moegen.prepare; this module only describes the tensors (ground floor:
+the runtime imports it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """Weights [E, N, K] stored as atoms of atom_rows x atom_k values, each atom's values in
+    atom_bytes and its scales in atom_scale_bytes, rows padded to row_pad and K to atom_k."""
+    name: str
+    atom_rows: int
+    atom_k: int
+    row_pad: int
+    atom_bytes: int
+    atom_scale_bytes: int
+
+    def padded(self, n: int, k: int) -> tuple[int, int]:
+        return -(-n // self.row_pad) * self.row_pad, -(-k // self.atom_k) * self.atom_k
+
+    def shapes(self, experts: int, n: int, k: int) -> dict[str, tuple[int, ...]]:
+        """Shapes of the prepared uint8 tensors of one GEMM (and its per-expert fp32 scale)."""
+        n_pad, k_pad = self.padded(n, k)
+        grid = (experts, n_pad // self.atom_rows, k_pad // self.atom_k)
+        return {"w": (*grid, self.atom_bytes), "scales": (*grid, self.atom_scale_bytes), "expert_scale": (experts,)}
+
+
+# SM90: 64x64 atoms whose 16 bytes per consumer thread are that thread's wgmma A-fragment values,
+# bits placed for the converter; one scale byte per (row, 32-wide K group); rows padded to 128 so
+# 64- and 128-row CTA tiles stay inside the tensor (moegen.prepare, templates/include/moegen/sm90/).
+SM90_ATOMS = WeightLayout("sm90_e2m1_atom64", atom_rows=64, atom_k=64, row_pad=128, atom_bytes=2048,
+                          atom_scale_bytes=128)
+
+LAYOUTS = {layout.name: layout for layout in (SM90_ATOMS,)}
+
+
+def get_layout(name: str) -> WeightLayout:
+    if name not in LAYOUTS:
+        raise ValueError(f"weight layout {name!r}: expected one of {', '.join(LAYOUTS)}")
+    return LAYOUTS[name]
+
+
+@dataclass(frozen=True)
+class PreparedGemm:
+    w: torch.Tensor
+    scales: torch.Tensor
+    expert_scale: torch.Tensor
+    bias: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class PreparedWeights:
+    """One rank's weights in a named layout (moegen.prepare)."""
+    layout: str
+    gemm1: PreparedGemm
+    gemm2: PreparedGemm
+
+    def to(self, device) -> "PreparedWeights":
+        def mv(g: PreparedGemm) -> PreparedGemm:
+            return PreparedGemm(g.w.to(device), g.scales.to(device), g.expert_scale.to(device),
+                                None if g.bias is None else g.bias.to(device))
+        return PreparedWeights(self.layout, mv(self.gemm1), mv(self.gemm2))

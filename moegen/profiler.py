@@ -1,0 +1,118 @@
+"""Timing a built layer on the GPU at steady state: CUDA-graph replays back to back (no host sync
+between them, so the GPU never idles into a higher boost clock), after a warm-up of the same work,
+with the SM clock, power and energy recorded over the timed window.
+
+`moegen tune` times candidates with LayerProfiler; `moegen bench` uses the same replay timing.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .gpu_monitor import GpuMonitor, PowerState, Window
+from .runtime import MoeLayer
+from .testing import Inputs, Weights, random_inputs, random_weights, reference_output, relative_l2
+
+
+@dataclass(frozen=True)
+class Timing:
+    us: float  # median replay time
+    times_us: tuple[float, ...]
+    power: PowerState
+
+    def __float__(self) -> float:
+        return self.us
+
+
+def capture(layer: MoeLayer, w: Weights, x: Inputs, kernels: tuple[int, int]) -> torch.cuda.CUDAGraph:
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)
+    return g
+
+
+def replay_back_to_back(graphs: list, min_reps: int, min_seconds: float, monitor: GpuMonitor | None) -> Timing:
+    """Replay the graphs in rotation, each replay bracketed by events and none followed by a host
+    sync, until min_reps rounds and min_seconds have passed: the GPU stays busy throughout."""
+    events = []
+    t_end = time.monotonic() + min_seconds
+    with Window(monitor) as win:
+        rounds = 0
+        while rounds < min_reps or time.monotonic() < t_end:
+            for g in graphs:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                events.append((a, b))
+            rounds += 1
+            if len(events) > 64 * len(graphs):  # keep the queue bounded without draining it
+                events[-32 * len(graphs)][1].synchronize()
+        torch.cuda.synchronize()
+    times = tuple(a.elapsed_time(b) * 1e3 for a, b in events)
+    return Timing(statistics.median(times), times, win.state)
+
+
+def warm_up(graphs: list, seconds: float) -> None:
+    """Run the graphs back to back for `seconds`: the GPU reaches the clock and power it serves at."""
+    t_end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < t_end:
+        for g in graphs:
+            g.replay()
+        n += 1
+        if n % 16 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+
+class LayerProfiler:
+    """`moegen tune`'s profiler: (tokens, gemm1, gemm2) -> Timing of the whole layer by graph replay.
+
+    Each config is first run once with poisoned outputs and checked against the float64 reference
+    (computed once per token count); a config that fails to launch or to verify raises, which the
+    tuner scores as infinity with the message as the reason.  Per bucket the GPU is first warmed
+    with the heuristic pair's graphs (warm_seconds), and each candidate is timed back to back for at
+    least reps rounds and min_seconds, so candidates are compared in the power state serving runs in.
+    """
+
+    def __init__(self, layer: MoeLayer, rotations: int = 4, reps: int = 10, min_seconds: float = 0.15,
+                 warm_seconds: float = 1.0, seed: int = 0, tolerance: float = 2e-2):
+        self.layer, self.rotations, self.reps, self.seed, self.tolerance = layer, rotations, reps, seed, tolerance
+        self.min_seconds, self.warm_seconds = min_seconds, warm_seconds
+        self.weights = random_weights(layer.spec, "cuda", seed)
+        self.monitor = GpuMonitor()
+        self._tokens = None
+        self.inputs: list[Inputs] = []
+        self.ref: torch.Tensor | None = None
+
+    def _start_bucket(self, tokens: int, kernels: tuple[int, int]) -> None:
+        self._tokens = tokens
+        self.inputs = [random_inputs(self.layer.spec, tokens, "cuda", self.seed + 100 * tokens + r)
+                       for r in range(self.rotations)]
+        self.ref = None
+        graphs = [capture(self.layer, self.weights, x, kernels) for x in self.inputs]
+        warm_up(graphs, self.warm_seconds)
+
+    def __call__(self, tokens: int, gemm1: int, gemm2: int) -> Timing:
+        if tokens != self._tokens:
+            from .dispatch import heuristic_choice
+            self._start_bucket(tokens, heuristic_choice(self.layer.kernels, self.layer.spec, tokens))
+        spec, w, x0 = self.layer.spec, self.weights, self.inputs[0]
+        res = self.layer(x0.hidden, x0.logits, w.prepared, x0.score_bias, kernels=(gemm1, gemm2), poison=True)
+        torch.cuda.synchronize()
+        if self.ref is None:
+            self.ref = reference_output(spec, w, x0, res.topk_ids)
+        if torch.isnan(res.out).any():
+            raise RuntimeError("verification failed: NaN in the output")
+        err = relative_l2(res.out, self.ref)
+        if err > self.tolerance:
+            raise RuntimeError(f"verification failed: relative L2 error {err:.2e} > {self.tolerance}")
+        graphs = [capture(self.layer, w, x, (gemm1, gemm2)) for x in self.inputs]
+        return replay_back_to_back(graphs, self.reps, self.min_seconds, self.monitor)
+
+    def close(self) -> None:
+        self.monitor.close()

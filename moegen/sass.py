@@ -1,0 +1,75 @@
+"""Audit of a built library's machine code (cuobjdump --dump-sass): every GEMM kernel issues the
+arch's tensor-core MMA, no kernel touches local memory (spills or stack arrays), and the kernels
+ptxas reported as having serialized wgmmas (from the build's resources)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from .artifact import read_manifest
+
+# The tensor-core MMA opcode each arch's GEMM kernels must contain.
+MMA_OPCODES = {"sm90": ("HGMMA",), "sm100": ("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCMMA")}
+
+
+def find_cuobjdump() -> str:
+    path = shutil.which("cuobjdump")
+    if path:
+        return path
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+        path = find_nvidia_binary_utility("cuobjdump")
+    except ImportError:
+        path = None
+    if not path:
+        raise RuntimeError("cuobjdump not found (CUDA toolkit): the SASS audit reads the library's machine code")
+    return path
+
+
+def summarize(sass: str, mma_opcodes: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Per kernel: MMA, LDL, STL and instruction counts."""
+    kernels, name = {}, None
+    ops = (*mma_opcodes, "LDL", "STL")
+    for line in sass.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            kernels[name] = {"MMA": 0, "LDL": 0, "STL": 0, "instructions": 0}
+            continue
+        if name and re.search(r"/\*[0-9a-f]{4,}\*/", line):
+            k = kernels[name]
+            k["instructions"] += 1
+            for op in ops:
+                if re.search(rf"\b{op}(\.|\s|\b)", line):
+                    k["MMA" if op in mma_opcodes else op] += 1
+    return kernels
+
+
+def audit_build(out_dir: Path) -> tuple[bool, str]:
+    m = read_manifest(out_dir)
+    opcodes = MMA_OPCODES[m.arch]
+    sass = subprocess.run([find_cuobjdump(), "--dump-sass", str(m.library_path)], capture_output=True, text=True,
+                          check=False)
+    if sass.returncode != 0:
+        raise RuntimeError(f"cuobjdump --dump-sass {m.library_path}: {sass.stderr.strip()}")
+    kernels = summarize(sass.stdout, opcodes)
+    ok, lines = bool(kernels), []
+    for name, k in sorted(kernels.items()):
+        flag = ""
+        if "grouped_gemm" in name and k["MMA"] == 0:
+            flag, ok = f" <-- NO {'/'.join(opcodes)}", False
+        if k["LDL"] or k["STL"]:
+            flag, ok = flag + " <-- LOCAL MEMORY", False
+        short = name if len(name) < 110 else name[:107] + "..."
+        lines.append(f"{short}: {opcodes[0]} {k['MMA']}, LDL {k['LDL']}, STL {k['STL']}, {k['instructions']} "
+                     f"instructions{flag}")
+    for kernel, res in sorted(m.data.get("resources", {}).items()):
+        if res.get("wgmma_serialized"):
+            lines.append(f"ptxas serialized the wgmmas of {kernel} (C751x x{res['wgmma_serialized']})")
+        if res.get("spill_bytes"):
+            lines.append(f"ptxas spilled {res['spill_bytes']} bytes in {kernel}")
+            ok = False
+    lines.append(f"{m.library_path}: {len(kernels)} kernels, {'OK' if ok else 'FAILED'}")
+    return ok, "\n".join(lines)

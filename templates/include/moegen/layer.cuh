@@ -1,0 +1,302 @@
+// Host orchestration of one MoE layer: workspace carving, argument checks and the launch sequence.
+// Everything runs on the caller's stream with no host synchronization and no allocation, so the
+// whole layer can be captured in a CUDA graph.
+#pragma once
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <string>
+#include <type_traits>
+
+#include "moegen/abi.h"
+#include "moegen/finalize.cuh"
+#include "moegen/gemm_params.cuh"
+#include "moegen/routing.cuh"
+
+namespace moegen {
+
+struct KernelEntry {
+  const char* name;
+  int gemm;      // 1 or 2
+  int block_n;   // token rows per work tile: the schedule is built for it
+  GemmLaunch launch;
+};
+
+inline char* error_buffer() {
+  static thread_local char buf[512];
+  return buf;
+}
+inline const char* last_error() { return error_buffer(); }
+inline int fail(int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error_buffer(), 512, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+constexpr int kMinBlockN = 8;
+
+// Up to this many (token, slot) rows the last routing block scatters them itself: one launch less.
+constexpr long kScatterInRoutingMaxRows = 4096;
+
+// Worst-case work tiles for `rows` expert rows cut into tiles of bn rows.
+inline int max_work_tiles(long rows, int bn, int experts) {
+  long tiles = (rows + bn - 1) / bn + (rows < experts ? rows : experts);
+  return int(tiles > 0 ? tiles : 1);
+}
+
+template <class P>
+struct Workspace {
+  // Tokens per call: the kernels index expert rows (tokens x top_k) and finalize's 8-element vectors
+  // (tokens x hidden / 8) with 32-bit integers; half the range keeps every sum of them in range too.
+  static constexpr int64_t kMaxTokens = int64_t(INT32_MAX / 2) / (P::kTopK > P::kHidden / 8 ? P::kTopK : P::kHidden / 8);
+
+  int32_t* counts;
+  int32_t* offsets;
+  int32_t* slot_in_expert;
+  int32_t* local_expert;
+  int32_t* row_token;
+  float* row_weight;
+  int32_t* token_row;
+  int32_t* work1_expert;
+  int32_t* work1_row0;
+  int32_t* work1_row_end;
+  int32_t* work2_expert;
+  int32_t* work2_row0;
+  int32_t* work2_row_end;
+  int32_t* num_work;
+  __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
+  __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
+
+  // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
+  static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
+    const long rows = long(num_tokens) * P::kTopK;
+    const int max_work = max_work_tiles(rows, kMinBlockN, P::kLocalExperts);
+    size_t off = 0;
+    auto take = [&](auto*& ptr, size_t count) {
+      using T = std::remove_reference_t<decltype(*ptr)>;
+      off = (off + 255) / 256 * 256;
+      if (base) ptr = reinterpret_cast<T*>(base + off);
+      off += count * sizeof(T);
+    };
+    Workspace dummy;
+    Workspace& w = ws ? *ws : dummy;
+    take(w.counts, P::kLocalExperts + 1);  // + the routing blocks' done counter
+    take(w.offsets, P::kLocalExperts + 1);
+    take(w.slot_in_expert, rows);
+    take(w.local_expert, rows);
+    take(w.row_token, rows);
+    take(w.row_weight, rows);
+    take(w.token_row, rows);
+    take(w.work1_expert, max_work);
+    take(w.work1_row0, max_work);
+    take(w.work1_row_end, max_work);
+    take(w.work2_expert, max_work);
+    take(w.work2_row0, max_work);
+    take(w.work2_row_end, max_work);
+    take(w.num_work, 2);
+    take(w.h, size_t(rows) * P::kInter);
+    take(w.y, size_t(rows) * P::kHidden);
+    return (off + 255) / 256 * 256;
+  }
+  // 0 outside [0, kMaxTokens]: no caller can size a buffer from an overflowed count.
+  static size_t checked_bytes(int64_t num_tokens) {
+    return num_tokens < 0 || num_tokens > kMaxTokens ? 0 : carve(nullptr, nullptr, int(num_tokens));
+  }
+};
+
+#define MOEGEN_CHECK_LAUNCH(what)                                                              \
+  do {                                                                                         \
+    cudaError_t e_ = cudaGetLastError();                                                       \
+    if (e_ != cudaSuccess) return fail(int(e_), "%s: %s", what, cudaGetErrorString(e_));       \
+  } while (0)
+
+// Checks shared by both entry points; fills `ws`.  Returns 0, or fail()'s code.
+template <class P>
+int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, size_t workspace_bytes,
+               const KernelEntry* kernels, int num_kernels, int k1, int k2, Workspace<P>& ws) {
+  if (num_tokens < 0 || num_tokens > Workspace<P>::kMaxTokens)
+    return fail(-1, "num_tokens = %lld: expected 0..%lld", (long long)num_tokens, (long long)Workspace<P>::kMaxTokens);
+  if (k1 < 0 || k1 >= num_kernels || kernels[k1].gemm != 1)
+    return fail(-1, "gemm1_kernel = %d: expected the index of a gemm1 kernel (0..%d)", k1, num_kernels - 1);
+  if (k2 < 0 || k2 >= num_kernels || kernels[k2].gemm != 2)
+    return fail(-1, "gemm2_kernel = %d: expected the index of a gemm2 kernel (0..%d)", k2, num_kernels - 1);
+  const int bn1 = kernels[k1].block_n, bn2 = kernels[k2].block_n;
+  if (bn1 <= 0 || (bn1 & (bn1 - 1)) || bn2 <= 0 || (bn2 & (bn2 - 1)))  // the schedule divides by shifting
+    return fail(-1, "kernels %s / %s: block_n %d / %d, expected powers of two", kernels[k1].name, kernels[k2].name,
+                bn1, bn2);
+  if (!w.w13 || !w.w13_scales || !w.w13_expert_scale || !w.w2 || !w.w2_scales || !w.w2_expert_scale)
+    return fail(-1, "weights: a weight, scale or expert-scale pointer is NULL");
+  if ((P::kBias13 && !w.b13) || (P::kBias2 && !w.b2))
+    return fail(-1, "this model has per-expert GEMM biases: b13 and b2 are required");
+  const size_t need = Workspace<P>::checked_bytes(num_tokens);
+  if (workspace_bytes < need || (reinterpret_cast<uintptr_t>(workspace) & 255))
+    return fail(-1, "workspace: %zu bytes at %p; expected >= %zu bytes, 256-byte aligned", workspace_bytes,
+                workspace, need);
+  if (num_tokens > 0) Workspace<P>::carve(&ws, static_cast<uint8_t*>(workspace), int(num_tokens));
+  return 0;
+}
+
+// The layer after the routing inputs are set: routing (`Source`: the router or the caller's ids),
+// schedule, scatter, both GEMMs, finalize.
+template <class P, class Source>
+int run_layer(RoutingParams rp, const Workspace<P>& ws, const moegen_weights& w, const void* hidden, void* out,
+              const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
+  const int T = rp.num_tokens;
+  const long rows = long(T) * P::kTopK;
+  cudaError_t e = cudaSuccess;
+  rp.counts = ws.counts;
+  rp.blocks_done = ws.counts + P::kLocalExperts;
+  rp.slot_in_expert = ws.slot_in_expert;
+  rp.local_expert = ws.local_expert;
+  rp.offsets = ws.offsets;
+  rp.bn1 = gemm1.block_n;
+  rp.bn2 = gemm2.block_n;
+  rp.work1_expert = ws.work1_expert;
+  rp.work1_row0 = ws.work1_row0;
+  rp.work1_row_end = ws.work1_row_end;
+  rp.work2_expert = ws.work2_expert;
+  rp.work2_row0 = ws.work2_row0;
+  rp.work2_row_end = ws.work2_row_end;
+  rp.num_work = ws.num_work;
+  rp.row_token = ws.row_token;
+  rp.row_weight = ws.row_weight;
+  rp.token_row = ws.token_row;
+  rp.scatter_in_last_block = rows <= kScatterInRoutingMaxRows;
+  if (T <= OneBlockRouting<P>::kMaxTokens) {  // decode: one block counts in shared memory
+    route_one_block_kernel<P, Source><<<1, OneBlockRouting<P>::kWarps * kWarpSize, 0, stream>>>(rp);
+  } else {
+    zero_counters_kernel<P><<<1, 256, 0, stream>>>(ws.counts);
+    MOEGEN_CHECK_LAUNCH("zero_counters");
+    const dim3 grid((T + kRouteWarps - 1) / kRouteWarps), block(kRouteWarps * kWarpSize);
+    e = launch_pdl(route_kernel<P, Source>, grid, block, 0, stream, rp);
+    if (e != cudaSuccess) return fail(int(e), "route: %s", cudaGetErrorString(e));
+  }
+  MOEGEN_CHECK_LAUNCH("route");
+  if (!rp.scatter_in_last_block) {
+    e = launch_pdl(scatter_kernel<P>, dim3(int((rows + 255) / 256)), dim3(256), 0, stream, rp);
+    if (e != cudaSuccess) return fail(int(e), "scatter: %s", cudaGetErrorString(e));
+  }
+
+  GemmParams g1{};
+  g1.w = w.w13;
+  g1.w_scales = w.w13_scales;
+  g1.expert_scale = w.w13_expert_scale;
+  g1.bias = w.b13;
+  g1.act = static_cast<const __nv_bfloat16*>(hidden);
+  g1.act_row = ws.row_token;  // gather fused into the B-operand loads
+  g1.work_expert = ws.work1_expert;
+  g1.work_row0 = ws.work1_row0;
+  g1.work_row_end = ws.work1_row_end;
+  g1.num_work = ws.num_work;
+  g1.out = ws.h;
+  g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
+  int rc = gemm1.launch(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts), rows, stream);
+  if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
+
+  GemmParams g2{};
+  g2.w = w.w2;
+  g2.w_scales = w.w2_scales;
+  g2.expert_scale = w.w2_expert_scale;
+  g2.bias = w.b2;
+  g2.act = ws.h;
+  g2.act_row = nullptr;
+  g2.work_expert = ws.work2_expert;
+  g2.work_row0 = ws.work2_row0;
+  g2.work_row_end = ws.work2_row_end;
+  g2.num_work = ws.num_work + 1;
+  g2.row_weight = ws.row_weight;
+  g2.out = ws.y;
+  g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
+  rc = gemm2.launch(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows, stream);
+  if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
+
+  const long vecs = long(T) * (P::kHidden / 8);
+  e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
+                 static_cast<const int32_t*>(ws.token_row), static_cast<const __nv_bfloat16*>(ws.y),
+                 static_cast<__nv_bfloat16*>(out));
+  if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
+  return 0;
+}
+
+template <class P>
+int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, int k1, int k2,
+            cudaStream_t stream) {
+  Workspace<P> ws;
+  if (int rc = check_call<P>(a.num_tokens, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws))
+    return rc;
+  if (a.logits_dtype != MOEGEN_LOGITS_F32 && a.logits_dtype != MOEGEN_LOGITS_BF16)
+    return fail(-1, "logits_dtype = %d: expected MOEGEN_LOGITS_F32 or MOEGEN_LOGITS_BF16", a.logits_dtype);
+  if (P::kScoreBias && !a.score_bias)
+    return fail(-1, "this router selects with a per-expert score bias: score_bias is required");
+  if (a.num_tokens == 0) return 0;
+  RoutingParams rp{};
+  rp.logits = a.router_logits;
+  rp.score_bias = a.score_bias;
+  rp.num_tokens = int(a.num_tokens);
+  rp.topk_ids = a.topk_ids;
+  rp.topk_weights = a.topk_weights;
+  rp.slot_weight = a.topk_weights;
+  return a.logits_dtype == MOEGEN_LOGITS_F32
+             ? run_layer<P, FromLogits<float>>(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2], stream)
+             : run_layer<P, FromLogits<__nv_bfloat16>>(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2],
+                                                       stream);
+}
+
+template <class P>
+int forward_experts(const moegen_experts_args& a, const KernelEntry* kernels, int num_kernels, int k1, int k2,
+                    cudaStream_t stream) {
+  Workspace<P> ws;
+  if (int rc = check_call<P>(a.num_tokens, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws))
+    return rc;
+  if (a.ids_dtype != MOEGEN_IDS_I32 && a.ids_dtype != MOEGEN_IDS_I64)
+    return fail(-1, "ids_dtype = %d: expected MOEGEN_IDS_I32 or MOEGEN_IDS_I64", a.ids_dtype);
+  if (a.num_tokens == 0) return 0;
+  RoutingParams rp{};
+  rp.ids_in = a.topk_ids;
+  rp.weights_in = a.topk_weights;
+  rp.expert_map = a.expert_map;
+  rp.num_tokens = int(a.num_tokens);
+  rp.slot_weight = a.topk_weights;
+  return a.ids_dtype == MOEGEN_IDS_I32
+             ? run_layer<P, FromIds<int32_t>>(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2], stream)
+             : run_layer<P, FromIds<int64_t>>(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2], stream);
+}
+
+// moegen_struct_layout: each struct's size and its fields' offsets, from the compiler.
+inline const char* struct_layout(const char* name) {
+#define MOEGEN_FIELD_OFFSET(S, f) s += std::string(#f "@") + std::to_string(offsetof(S, f)) + ",";
+  static const std::string weights = [] {
+    std::string s = std::to_string(sizeof(moegen_weights)) + ";";
+#define X(f) MOEGEN_FIELD_OFFSET(moegen_weights, f)
+    MOEGEN_WEIGHTS_FIELDS(X)
+#undef X
+    return s;
+  }();
+  static const std::string args = [] {
+    std::string s = std::to_string(sizeof(moegen_args)) + ";";
+#define X(f) MOEGEN_FIELD_OFFSET(moegen_args, f)
+    MOEGEN_ARGS_FIELDS(X)
+#undef X
+    return s;
+  }();
+  static const std::string experts = [] {
+    std::string s = std::to_string(sizeof(moegen_experts_args)) + ";";
+#define X(f) MOEGEN_FIELD_OFFSET(moegen_experts_args, f)
+    MOEGEN_EXPERTS_ARGS_FIELDS(X)
+#undef X
+    return s;
+  }();
+#undef MOEGEN_FIELD_OFFSET
+  if (!name) return nullptr;
+  if (strcmp(name, "moegen_weights") == 0) return weights.c_str();
+  if (strcmp(name, "moegen_args") == 0) return args.c_str();
+  if (strcmp(name, "moegen_experts_args") == 0) return experts.c_str();
+  return nullptr;
+}
+
+}  // namespace moegen

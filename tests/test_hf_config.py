@@ -1,0 +1,92 @@
+"""Every shipped spec is its model's published config.json (tests/data/hf_configs), field by field:
+`moegen spec --from-config` turns each into the shipped YAML, and bad configs are one-line errors."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from moegen import cli
+from moegen.hf_config import spec_from_config
+from moegen.spec import SpecError, known_models, load_model, model_from_dict
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+
+def test_every_shipped_model_has_its_config():
+    assert sorted(p.stem for p in CONFIGS.glob("*.json")) == known_models()
+
+
+@pytest.mark.parametrize("model", known_models())
+def test_shipped_spec_is_the_published_config(model):
+    from_config = spec_from_config(CONFIGS / f"{model}.json", name=model)
+    shipped = load_model(model)
+    assert from_config.to_dict() == shipped.to_dict()
+
+
+@pytest.mark.parametrize("model, fields", [
+    ("deepseek-v4-flash", dict(n_routed_experts=256, num_experts_per_tok=6, hidden_size=4096,
+                               moe_intermediate_size=2048, scoring_func="sqrtsoftplus", topk_method="noaux_tc",
+                               norm_topk_prob=True, routed_scaling_factor=1.5, swiglu_limit=10.0, num_hash_layers=3)),
+    ("deepseek-v3", dict(n_routed_experts=256, num_experts_per_tok=8, hidden_size=7168, moe_intermediate_size=2048,
+                         n_group=8, topk_group=4, topk_method="noaux_tc", scoring_func="sigmoid",
+                         routed_scaling_factor=2.5, norm_topk_prob=True)),
+    ("gpt-oss-120b", dict(num_local_experts=128, num_experts_per_tok=4, hidden_size=2880, intermediate_size=2880,
+                          swiglu_limit=7.0)),
+    ("gpt-oss-20b", dict(num_local_experts=32, num_experts_per_tok=4, hidden_size=2880, intermediate_size=2880,
+                         swiglu_limit=7.0)),
+    ("qwen3-30b-a3b", dict(num_experts=128, num_experts_per_tok=8, hidden_size=2048, moe_intermediate_size=768,
+                           norm_topk_prob=True)),
+])
+def test_the_published_values(model, fields):
+    """The fixture holds the published values (a second, independent statement of them)."""
+    config = json.loads((CONFIGS / f"{model}.json").read_text())
+    assert {k: config[k] for k in fields} == fields
+
+
+def test_cli_writes_a_spec_that_loads(tmp_path):
+    model_dir = tmp_path / "DeepSeek-V4-Flash"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text((CONFIGS / "deepseek-v4-flash.json").read_text())
+    out = tmp_path / "spec.yaml"
+    result = CliRunner().invoke(cli.main, ["spec", "--from-config", str(model_dir / "config.json"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    spec = load_model(out)
+    assert spec.name == "deepseek-v4-flash" and spec.to_dict() == load_model("deepseek-v4-flash").to_dict()
+    printed = CliRunner().invoke(cli.main, ["spec", "--from-config", str(model_dir / "config.json")])
+    assert model_from_dict(yaml.safe_load(printed.output)).to_dict() == spec.to_dict()
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(model_type="llama"), "field 'model_type' = 'llama': expected one of 'deepseek_v4'"),
+    (dict(scoring_func="softmax"), "field 'scoring_func' = 'softmax': expected one of 'sqrtsoftplus'"),
+    (dict(n_group=8), "field 'n_group' = 8: expected 1 or absent"),
+    (dict(n_routed_experts="256"), "field 'n_routed_experts' = '256': expected an integer"),
+    (dict(num_experts_per_tok=None), "field 'num_experts_per_tok' = None: expected an integer"),
+    (dict(hidden_size=4100), "field 'hidden_size' = 4100: expected a multiple of 32"),
+])
+def test_bad_configs_are_one_line_errors(tmp_path, change, message):
+    config = json.loads((CONFIGS / "deepseek-v4-flash.json").read_text())
+    config.update(change)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SpecError) as excinfo:
+        spec_from_config(path, "x")
+    assert message in str(excinfo.value) and str(path) in str(excinfo.value)
+    result = CliRunner().invoke(cli.main, ["spec", "--from-config", str(path)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output
+
+
+def test_missing_field_and_unreadable_file(tmp_path):
+    config = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
+    del config["moe_intermediate_size"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SpecError, match="field 'moe_intermediate_size' = None: expected an integer .field is required"):
+        spec_from_config(path)
+    with pytest.raises(SpecError, match="nope.json: cannot read"):
+        spec_from_config(tmp_path / "nope.json")
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(SpecError, match="top level = list"):
+        spec_from_config(tmp_path / "list.json")

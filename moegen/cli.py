@@ -85,14 +85,16 @@ def main() -> None:
                    "'shortlist' (the tiles worth timing first), or comma-separated kernel names")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes (default: CPU count)")
 @_out_option
+@click.option("--objects", "store", type=click.Path(path_type=Path), default=None,
+              help="the object store to share (default: OUT/.objects)")
 @_one_line_errors
-def build(model, arch, tp_size, ep_size, ep_rank, kernels, jobs, out_root) -> None:
+def build(model, arch, tp_size, ep_size, ep_rank, kernels, jobs, out_root, store) -> None:
     """Render, compile and link the layer for MODEL into OUT/<variant>/<arch>/."""
     from .build import build as run
     from .kernel_sets import resolve_kernels
     spec = _spec(model, tp_size, ep_size, ep_rank)
     configs = resolve_kernels(spec, arch, kernels)
-    result = run(spec, arch, configs, out_root, jobs=jobs, log=lambda m: click.echo(m, err=True))
+    result = run(spec, arch, configs, out_root, jobs=jobs, log=lambda m: click.echo(m, err=True), store=store)
     click.echo(str(result.plan.out_dir))
 
 

@@ -178,10 +178,26 @@ def make_table(spec: ModelSpec, arch: str, gpu: GpuInfo, kernels: list[KernelCon
         buckets=[dict(tokens=t, gemm1=kernels[g1].name, gemm2=kernels[g2].name,
                       us=None if math.isnan(us) else round(us, 2))
                  for t, (g1, g2, us) in sorted(choices.items())],
-        # every timing: [tokens, gemm1, gemm2, us or null, SM MHz, W, reason]
+        # every timing: [tokens, gemm1, gemm2, us or null, SM MHz, W, stage, reason]
         measurements=[[m.tokens, m.gemm1, m.gemm2, None if math.isinf(m.us) else round(m.us, 2),
                        None if m.sm_mhz is None else round(m.sm_mhz), None if m.power_w is None else round(m.power_w),
-                       m.reason] for m in measurements])
+                       m.stage, m.reason] for m in measurements])
+
+
+def compact_table(table: dict, tolerance: float) -> dict:
+    """A table's compaction from the timings it keeps (see compact): the same search, fewer kernels."""
+    from .naming import parse_kernel_name
+    names = sorted({n for row in table["measurements"] for n in row[1:3]} |
+                   {b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")})
+    index = {n: i for i, n in enumerate(names)}
+    measurements = [Measurement(t, g1, g2, math.inf if us is None else us, reason, mhz, watts, stage)
+                    for t, g1, g2, us, mhz, watts, stage, reason in table["measurements"]]
+    choices = {b["tokens"]: (index[b["gemm1"]], index[b["gemm2"]], math.nan if b["us"] is None else b["us"])
+               for b in table["buckets"]}
+    kept = compact([parse_kernel_name(n) for n in names], choices, measurements, tolerance)
+    buckets = [dict(tokens=t, gemm1=names[g1], gemm2=names[g2], us=None if math.isnan(us) else round(us, 2))
+               for t, (g1, g2, us) in sorted(kept.items())]
+    return dict(table, buckets=buckets, tuned_with=dict(table["tuned_with"], tolerance=tolerance))
 
 
 def save_table(root: Path, table: dict) -> Path:

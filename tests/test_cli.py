@@ -104,7 +104,7 @@ def test_build_reaches_the_builder_with_default_configs(runner, monkeypatch, tmp
     from moegen.kernel_sets import default_kernels
     seen = {}
 
-    def fake_build(spec, arch, configs, root, jobs=None, log=print):
+    def fake_build(spec, arch, configs, root, jobs=None, log=print, store=None):
         seen.update(spec=spec, arch=arch, configs=configs, root=root, jobs=jobs)
         return build.BuildResult(plan=type("P", (), {"out_dir": root / spec.variant / arch})())
 

@@ -189,7 +189,7 @@ def test_measurements_carry_clock_and_power():
                                   log=lambda m: None)
     assert all(m.sm_mhz == 1755.0 and m.power_w == 699.0 for m in measurements)
     table = tune.make_table(SPEC, "sm90", GPU, KERNELS, {4: (0, len(KERNELS) - 1, 1.0)}, measurements)
-    assert table["measurements"][0][4:6] == [1755, 699]
+    assert table["measurements"][0][4:7] == [1755, 699, "gemm1"]
 
 
 def gentle_time(tokens, g1, g2):
@@ -214,6 +214,11 @@ def test_compaction_keeps_few_kernels_within_tolerance():
             best = min(us for (tt, st, _), us in stage.items() if tt == t and st == gemm)
             assert stage[(t, gemm, NAMES[k])] <= 1.01 * best
     assert tune.compact(KERNELS, choices, measurements, tolerance=0.0) == choices  # nothing to give up
+    # the same from a table's kept timings
+    raw = tune.make_table(SPEC, "sm90", GPU, KERNELS, choices, measurements)
+    offline = tune.compact_table(raw, 0.01)
+    assert [(b["gemm1"], b["gemm2"]) for b in offline["buckets"]] == \
+        [(NAMES[g1], NAMES[g2]) for _, (g1, g2, _) in sorted(kept.items())]
 
 
 def test_heuristic_and_one_time_warning():

@@ -1,0 +1,305 @@
+"""One MoE layer's weights straight from a model directory in its published layout (config.json plus
+safetensors, sharded or not): this rank's experts (its EP range and TP slice, read lazily through
+memory-mapped safetensors, nothing else), prepared for the kernels, and the router's weights.
+
+Layouts (the model directory's config.json `model_type` picks one):
+
+* ``gpt_oss``: ``model.layers.{i}.mlp.experts.{gate_up,down}_proj_{blocks,scales,bias}`` (MXFP4 blocks
+  [E, N, K/32, 16] and e8m0 scales [E, N, K/32], gate and up rows interleaved), router
+  ``model.layers.{i}.mlp.router.{weight,bias}``.
+* ``deepseek_v4``: ``layers.{i}.ffn.experts.{j}.{w1,w3,w2}.{weight,scale}`` (two e2m1 per byte [N, K/2],
+  e8m0 scales [N, K/32]; w1 gate, w3 up, w2 down), router ``layers.{i}.ffn.gate.weight`` with
+  ``.bias`` (the selection bias) or, for the first ``num_hash_layers`` layers, ``.tid2eid``.
+* ``deepseek_v3``: ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.{weight,weight_scale_inv}``
+  (FP8 e4m3 with one fp32 scale per 128 x 128 block), quantized to MXFP4 with moegen.mxfp4; router
+  ``model.layers.{i}.mlp.gate.{weight,e_score_correction_bias}``.
+* ``qwen3_moe``: ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.weight`` (bf16), quantized to
+  MXFP4; router ``model.layers.{i}.mlp.gate.weight``.
+
+Every missing tensor, wrong shape or dtype is a CheckpointError naming the tensor, its file and what
+was expected.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .layout import SM90_ATOMS, PreparedWeights
+from .mxfp4 import quantize
+from .spec import ModelSpec
+
+FP8_BLOCK = 128  # DeepSeek-V3's FP8 weights: one scale per 128 x 128 block
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RawExperts:
+    """This rank's experts as MXFP4 checkpoint tensors in moegen's order (gate rows, then up rows)."""
+    w13: torch.Tensor  # uint8 [E_local, 2 I_local, H/2]
+    s13: torch.Tensor  # uint8 [E_local, 2 I_local, H/32]
+    w2: torch.Tensor  # uint8 [E_local, H, I_local/2]
+    s2: torch.Tensor  # uint8 [E_local, H, I_local/32]
+    b13: torch.Tensor | None  # float32 [E_local, 2 I_local]
+    b2: torch.Tensor | None  # float32 [E_local, H]: whole on TP rank 0, zero on the others (added once)
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    experts: PreparedWeights
+    router_weight: torch.Tensor  # [E, H] as stored
+    router_bias: torch.Tensor | None  # [E]: gpt-oss's router is a linear layer with a bias
+    score_bias: torch.Tensor | None  # float32 [E]: DeepSeek's selection (correction) bias
+    tid2eid: torch.Tensor | None  # int32 [vocab, top_k]: DeepSeek-V4's hash layers
+
+    def router_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 [T, E] logits of the router for bf16 hidden states [T, H]."""
+        logits = hidden.float() @ self.router_weight.float().t()
+        return logits + self.router_bias.float() if self.router_bias is not None else logits
+
+
+class Checkpoint:
+    """Lazy access to the tensors of a safetensors checkpoint directory (one file or an index)."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        self._handles: dict[Path, object] = {}
+        if not self.dir.is_dir():
+            raise CheckpointError(f"{self.dir}: not a directory (expected a model directory with config.json and "
+                                  "safetensors files)")
+        index = self.dir / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise CheckpointError(f"{index}: expected {{\"weight_map\": {{tensor: file}}}} ({e})") from None
+            self.files = {name: self.dir / file for name, file in weight_map.items()}
+        else:
+            singles = sorted(self.dir.glob("*.safetensors"))
+            if not singles:
+                raise CheckpointError(f"{self.dir}: no model.safetensors.index.json and no *.safetensors file")
+            self.files = {}
+            for path in singles:
+                for name in self._open(path).keys():
+                    self.files[name] = path
+
+    def config(self) -> dict:
+        path = self.dir / "config.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{path}: cannot read the model's config ({e})") from None
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{path}: expected a JSON object")
+        return data
+
+    def _open(self, path: Path):
+        if path not in self._handles:
+            from safetensors import safe_open
+            try:
+                self._handles[path] = safe_open(str(path), framework="pt")
+            except Exception as e:  # noqa: BLE001 - safetensors raises several types
+                raise CheckpointError(f"{path}: cannot open as safetensors ({e})") from None
+        return self._handles[path]
+
+    def has(self, name: str) -> bool:
+        return name in self.files
+
+    def slice(self, name: str, shape: tuple, dtypes: tuple, index=None) -> torch.Tensor:
+        """Tensor `name` (checked: shape and dtype), or the part `index` selects, read lazily."""
+        if name not in self.files:
+            raise CheckpointError(f"{self.dir}: no tensor {name!r} (expected {_dtype_names(dtypes)} {tuple(shape)})")
+        path = self.files[name]
+        part = self._open(path).get_slice(name)
+        got_shape, got_dtype = tuple(part.get_shape()), part.get_dtype()
+        if got_shape != tuple(shape) or got_dtype not in dtypes:
+            raise CheckpointError(f"{path}: tensor {name!r} is {got_dtype} {got_shape}, expected "
+                                  f"{_dtype_names(dtypes)} {tuple(shape)}")
+        return part[index] if index is not None else part[:]
+
+
+def _dtype_names(dtypes: tuple) -> str:
+    return " or ".join(dtypes)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """Raw bytes of a uint8/int8/float8 tensor as uint8."""
+    return t.view(torch.uint8) if t.dtype != torch.uint8 else t
+
+
+def _check_config(ck: Checkpoint, spec: ModelSpec, fields: dict) -> dict:
+    config = ck.config()
+    for key, expected in fields.items():
+        if key in config and config[key] != expected:
+            raise CheckpointError(f"{ck.dir / 'config.json'}: field '{key}' = {config[key]!r}, but spec {spec.name} "
+                                  f"expects {expected!r}")
+    return config
+
+
+# --- the layouts ------------------------------------------------------------------------------------
+
+def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+    E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
+    e0, e1 = spec.expert_begin, spec.expert_begin + spec.local_experts
+    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    p = f"model.layers.{layer}.mlp"
+    # gate/up rows interleaved: columns c0:c1 are rows 2 c0 .. 2 c1, contiguous
+    rows = slice(2 * c0, 2 * c1)
+    w13 = ck.slice(f"{p}.experts.gate_up_proj_blocks", (E, 2 * I, H // 32, 16), ("U8",), (slice(e0, e1), rows))
+    s13 = ck.slice(f"{p}.experts.gate_up_proj_scales", (E, 2 * I, H // 32), ("U8",), (slice(e0, e1), rows))
+    b13 = ck.slice(f"{p}.experts.gate_up_proj_bias", (E, 2 * I), ("BF16", "F32"), (slice(e0, e1), rows))
+    k = slice(c0 // 32, c1 // 32)
+    w2 = ck.slice(f"{p}.experts.down_proj_blocks", (E, H, I // 32, 16), ("U8",), (slice(e0, e1), slice(None), k))
+    s2 = ck.slice(f"{p}.experts.down_proj_scales", (E, H, I // 32), ("U8",), (slice(e0, e1), slice(None), k))
+    b2 = ck.slice(f"{p}.experts.down_proj_bias", (E, H), ("BF16", "F32"), (slice(e0, e1),)).float()
+    El, Il = e1 - e0, c1 - c0
+
+    def deinterleave(x):  # gate, up, gate, up, ... -> gate rows then up rows
+        return torch.cat((x[:, 0::2], x[:, 1::2]), dim=1)
+
+    raw = RawExperts(deinterleave(w13.reshape(El, 2 * Il, H // 2)), deinterleave(s13),
+                     w2.reshape(El, H, Il // 2).contiguous(), s2.contiguous(), deinterleave(b13.float()),
+                     b2 if tp_rank == 0 else torch.zeros_like(b2))
+    router = dict(router_weight=ck.slice(f"{p}.router.weight", (E, H), ("BF16", "F32")),
+                  router_bias=ck.slice(f"{p}.router.bias", (E,), ("BF16", "F32")))
+    return raw, router
+
+
+def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+    E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
+    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    p = f"layers.{layer}.ffn"
+    w13, s13, w2, s2 = [], [], [], []
+    for j in range(spec.expert_begin, spec.expert_begin + spec.local_experts):
+        gate_up = []
+        for proj in ("w1", "w3"):  # w1 gate, w3 up: rows c0:c1 of each
+            gate_up.append((_bytes(ck.slice(f"{p}.experts.{j}.{proj}.weight", (I, H // 2), ("I8", "U8"),
+                                            (slice(c0, c1),))),
+                            _bytes(ck.slice(f"{p}.experts.{j}.{proj}.scale", (I, H // 32), ("F8_E8M0", "U8"),
+                                            (slice(c0, c1),)))))
+        w13.append(torch.cat([g[0] for g in gate_up]))
+        s13.append(torch.cat([g[1] for g in gate_up]))
+        w2.append(_bytes(ck.slice(f"{p}.experts.{j}.w2.weight", (H, I // 2), ("I8", "U8"),
+                                  (slice(None), slice(c0 // 2, c1 // 2)))))
+        s2.append(_bytes(ck.slice(f"{p}.experts.{j}.w2.scale", (H, I // 32), ("F8_E8M0", "U8"),
+                                  (slice(None), slice(c0 // 32, c1 // 32)))))
+    raw = RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
+    router = dict(router_weight=ck.slice(f"{p}.gate.weight", (E, H), ("BF16", "F32")))
+    if layer < spec.router.hash_layers:
+        router["tid2eid"] = ck.slice(f"{p}.gate.tid2eid", (_rows(ck, f"{p}.gate.tid2eid"), spec.top_k),
+                                     ("I32", "I64")).to(torch.int32)
+    else:
+        router["score_bias"] = ck.slice(f"{p}.gate.bias", (E,), ("F32", "BF16")).float()
+    return raw, router
+
+
+def _rows(ck: Checkpoint, name: str) -> int:
+    """The first dimension of a tensor whose length the spec does not fix (the vocabulary)."""
+    if not ck.has(name):
+        raise CheckpointError(f"{ck.dir}: no tensor {name!r} (a hash-routed layer's token-id table)")
+    return ck._open(ck.files[name]).get_slice(name).get_shape()[0]
+
+
+def _dequant_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, r0: int, c0: int) -> torch.Tensor:
+    """float32 of an FP8 slice starting at (r0, c0) of its tensor; scale_inv holds the slice's blocks."""
+    rows = (torch.arange(w.shape[0]) + r0) // FP8_BLOCK - r0 // FP8_BLOCK
+    cols = (torch.arange(w.shape[1]) + c0) // FP8_BLOCK - c0 // FP8_BLOCK
+    return w.float() * scale_inv[rows][:, cols]
+
+
+def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> RawExperts:
+    H, I = spec.hidden_size, spec.intermediate_size
+    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    p = f"model.layers.{layer}.mlp.experts"
+    dtypes = ("F8_E4M3",) if fp8 else ("BF16", "F16", "F32")
+
+    def read(name: str, shape: tuple, rows: slice, cols: slice) -> torch.Tensor:
+        w = ck.slice(f"{name}.weight", shape, dtypes, (rows, cols))
+        if not fp8:
+            return w.float()
+        blocks = (-(-shape[0] // FP8_BLOCK), -(-shape[1] // FP8_BLOCK))
+        r0, c0_ = rows.start or 0, cols.start or 0
+        r_end, c_end = rows.stop or shape[0], cols.stop or shape[1]
+        s = ck.slice(f"{name}.weight_scale_inv", blocks, ("F32", "BF16"),
+                     (slice(r0 // FP8_BLOCK, -(-r_end // FP8_BLOCK)), slice(c0_ // FP8_BLOCK, -(-c_end // FP8_BLOCK))))
+        return _dequant_fp8_block(w, s.float(), r0, c0_)
+
+    w13, s13, w2, s2 = [], [], [], []
+    for j in range(spec.expert_begin, spec.expert_begin + spec.local_experts):
+        gate = read(f"{p}.{j}.gate_proj", (I, H), slice(c0, c1), slice(None))
+        up = read(f"{p}.{j}.up_proj", (I, H), slice(c0, c1), slice(None))
+        down = read(f"{p}.{j}.down_proj", (H, I), slice(None), slice(c0, c1))
+        q13, sc13 = quantize(torch.cat((gate, up)))
+        q2, sc2 = quantize(down)
+        w13.append(q13)
+        s13.append(sc13)
+        w2.append(q2)
+        s2.append(sc2)
+    return RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
+
+
+def _deepseek_v3(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+    E, H = spec.num_experts, spec.hidden_size
+    p = f"model.layers.{layer}.mlp.gate"
+    return _float_experts(ck, spec, layer, tp_rank, fp8=True), dict(
+        router_weight=ck.slice(f"{p}.weight", (E, H), ("BF16", "F32")),
+        score_bias=ck.slice(f"{p}.e_score_correction_bias", (E,), ("F32", "BF16")).float())
+
+
+def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+    return _float_experts(ck, spec, layer, tp_rank, fp8=False), dict(
+        router_weight=ck.slice(f"model.layers.{layer}.mlp.gate.weight", (spec.num_experts, spec.hidden_size),
+                               ("BF16", "F32")))
+
+
+LAYOUTS = {
+    "gpt_oss": (_gpt_oss, dict(num_local_experts="num_experts", hidden_size="hidden_size",
+                               intermediate_size="intermediate_size")),
+    "deepseek_v4": (_deepseek_v4, dict(n_routed_experts="num_experts", hidden_size="hidden_size",
+                                       moe_intermediate_size="intermediate_size")),
+    "deepseek_v3": (_deepseek_v3, dict(n_routed_experts="num_experts", hidden_size="hidden_size",
+                                       moe_intermediate_size="intermediate_size")),
+    "qwen3_moe": (_qwen3_moe, dict(num_experts="num_experts", hidden_size="hidden_size",
+                                   moe_intermediate_size="intermediate_size")),
+}
+
+
+def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_rank: int = 0,
+                     model_type: str | None = None) -> tuple[RawExperts, dict]:
+    """(this rank's raw experts, the router's tensors) of MoE layer `layer`."""
+    if not isinstance(spec, ModelSpec):
+        raise CheckpointError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec")
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise CheckpointError(f"layer: {layer!r}, expected a layer index >= 0")
+    if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < spec.parallel.tp_size:
+        raise CheckpointError(f"tp_rank: {tp_rank!r}, expected 0..{spec.parallel.tp_size - 1} (the spec's tp_size)")
+    ck = Checkpoint(checkpoint_dir)
+    model_type = model_type or ck.config().get("model_type")
+    if model_type not in LAYOUTS:
+        raise CheckpointError(f"{ck.dir / 'config.json'}: model_type {model_type!r}, expected one of "
+                              f"{', '.join(LAYOUTS)} (the layouts moegen loads)")
+    read, fields = LAYOUTS[model_type]
+    if (ck.dir / "config.json").is_file():
+        _check_config(ck, spec, {k: getattr(spec, v) for k, v in fields.items()})
+    return read(ck, spec, layer, tp_rank)
+
+
+def load_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_rank: int = 0,
+                 device: torch.device | str = "cpu", layout: str = SM90_ATOMS.name,
+                 model_type: str | None = None) -> LayerWeights:
+    """MoE layer `layer` of a model directory: this rank's experts (the spec's EP range, TP slice
+    `tp_rank` of its tp_size) prepared in `layout` on `device`, and the router's tensors there too."""
+    from .prepare import prepare
+    raw, router = load_raw_experts(checkpoint_dir, spec, layer, tp_rank, model_type)
+    dev = torch.device(device)
+    prepared = prepare(spec, raw.w13.to(dev), raw.s13.to(dev), raw.w2.to(dev), raw.s2.to(dev),
+                       None if raw.b13 is None else raw.b13.to(dev), None if raw.b2 is None else raw.b2.to(dev),
+                       layout=layout)
+    moved = {k: v.to(dev) for k, v in router.items()}
+    return LayerWeights(prepared, moved["router_weight"], moved.get("router_bias"), moved.get("score_bias"),
+                        moved.get("tid2eid"))

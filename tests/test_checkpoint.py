@@ -1,0 +1,226 @@
+"""Checkpoint loaders: small synthetic checkpoints written in each published layout (tensor names,
+dtypes, shapes, gate/up order, scale storage, a sharded index), loaded for EP and TP ranks, compared
+bit for bit with an independent slicing of the same weights; and every bad checkpoint is a one-line
+error naming the tensor."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from moegen.checkpoint import CheckpointError, load_experts, load_raw_experts
+from moegen.mxfp4 import dequantize, quantize
+from moegen.prepare import prepare
+from moegen.spec import model_from_dict
+
+SEED = 7
+
+SPECS = {
+    "gpt_oss": dict(name="tiny-oss", num_experts=8, hidden_size=64, intermediate_size=64,
+                    router=dict(kind="topk_softmax", top_k=2),
+                    activation=dict(kind="swiglu_oai", alpha=1.702, limit=7.0), bias=dict(gemm1=True, gemm2=True)),
+    "deepseek_v4": dict(name="tiny-v4", num_experts=8, hidden_size=64, intermediate_size=64,
+                        router=dict(kind="sqrtsoftplus_topk", top_k=2, score_bias=True, routed_scaling_factor=1.5,
+                                    hash_layers=1), activation=dict(kind="swiglu", limit=10.0)),
+    # I = 192: one and a half 128-blocks, and TP2 splits a block
+    "deepseek_v3": dict(name="tiny-v3", num_experts=8, hidden_size=256, intermediate_size=192,
+                        router=dict(kind="sigmoid_group_topk", top_k=2, n_group=2, topk_group=1,
+                                    group_score="top2_sum", score_bias=True), activation=dict(kind="swiglu")),
+    "qwen3_moe": dict(name="tiny-qwen", num_experts=8, hidden_size=64, intermediate_size=64,
+                      router=dict(kind="softmax_topk", top_k=2), activation=dict(kind="swiglu")),
+}
+CONFIG_FIELDS = {"gpt_oss": ("num_local_experts", "intermediate_size"),
+                 "deepseek_v4": ("n_routed_experts", "moe_intermediate_size"),
+                 "deepseek_v3": ("n_routed_experts", "moe_intermediate_size"),
+                 "qwen3_moe": ("num_experts", "moe_intermediate_size")}
+LAYER = 1  # a layer above DeepSeek-V4's one hash layer of these specs
+
+
+def _raw_mxfp4(g, E, N, K):
+    w = torch.randint(0, 256, (E, N, K // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+    s = torch.randint(118, 124, (E, N, K // 32), generator=g, dtype=torch.int32).to(torch.uint8)
+    return w, s
+
+
+def write_checkpoint(tmp_path, model_type, shards=2):
+    """A model directory in the layout of model_type, and the weights it holds in moegen's order."""
+    spec = model_from_dict(SPECS[model_type])
+    E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
+    g = torch.Generator().manual_seed(SEED)
+    t, truth = {}, {}
+    if model_type in ("gpt_oss", "deepseek_v4"):
+        w13, s13 = _raw_mxfp4(g, E, 2 * I, H)  # gate rows, then up rows
+        w2, s2 = _raw_mxfp4(g, E, H, I)
+        truth.update(w13=w13, s13=s13, w2=w2, s2=s2)
+        if model_type == "gpt_oss":
+            inter = torch.empty_like(w13)
+            inter[:, 0::2], inter[:, 1::2] = w13[:, :I], w13[:, I:]
+            inter_s = torch.empty_like(s13)
+            inter_s[:, 0::2], inter_s[:, 1::2] = s13[:, :I], s13[:, I:]
+            b13 = torch.randn(E, 2 * I, generator=g).to(torch.bfloat16)
+            inter_b = torch.empty_like(b13)
+            inter_b[:, 0::2], inter_b[:, 1::2] = b13[:, :I], b13[:, I:]
+            b2 = torch.randn(E, H, generator=g).to(torch.bfloat16)
+            truth.update(b13=b13.float(), b2=b2.float())
+            p = f"model.layers.{LAYER}.mlp"
+            t[f"{p}.experts.gate_up_proj_blocks"] = inter.reshape(E, 2 * I, H // 32, 16)
+            t[f"{p}.experts.gate_up_proj_scales"] = inter_s
+            t[f"{p}.experts.gate_up_proj_bias"] = inter_b
+            t[f"{p}.experts.down_proj_blocks"] = w2.reshape(E, H, I // 32, 16)
+            t[f"{p}.experts.down_proj_scales"] = s2
+            t[f"{p}.experts.down_proj_bias"] = b2
+            t[f"{p}.router.weight"] = torch.randn(E, H, generator=g).to(torch.bfloat16)
+            t[f"{p}.router.bias"] = torch.randn(E, generator=g).to(torch.bfloat16)
+        else:
+            p = f"layers.{LAYER}.ffn"
+            for j in range(E):
+                t[f"{p}.experts.{j}.w1.weight"] = w13[j, :I].view(torch.int8)
+                t[f"{p}.experts.{j}.w3.weight"] = w13[j, I:].view(torch.int8)
+                t[f"{p}.experts.{j}.w2.weight"] = w2[j].view(torch.int8)
+                t[f"{p}.experts.{j}.w1.scale"] = s13[j, :I].view(torch.float8_e8m0fnu)
+                t[f"{p}.experts.{j}.w3.scale"] = s13[j, I:].view(torch.float8_e8m0fnu)
+                t[f"{p}.experts.{j}.w2.scale"] = s2[j].view(torch.float8_e8m0fnu)
+            t[f"{p}.gate.weight"] = torch.randn(E, H, generator=g).to(torch.bfloat16)
+            t[f"{p}.gate.bias"] = torch.randn(E, generator=g)
+            t["layers.0.ffn.gate.tid2eid"] = torch.randint(0, E, (100, 2), generator=g, dtype=torch.int32)
+    else:
+        fp8 = model_type == "deepseek_v3"
+        w13f = torch.randn(E, 2 * I, H, generator=g) * 0.02
+        w2f = torch.randn(E, H, I, generator=g) * 0.02
+        p = f"model.layers.{LAYER}.mlp"
+        for j in range(E):
+            for name, w in (("gate_proj", w13f[j, :I]), ("up_proj", w13f[j, I:]), ("down_proj", w2f[j])):
+                key = f"{p}.experts.{j}.{name}"
+                if fp8:  # DeepSeek-V3: e4m3 values, one fp32 scale per 128 x 128 block
+                    rb, cb = -(-w.shape[0] // 128), -(-w.shape[1] // 128)
+                    scale = torch.rand(rb, cb, generator=g) * 1e-3 + 1e-4
+                    full = scale.repeat_interleave(128, 0)[:w.shape[0]].repeat_interleave(128, 1)[:, :w.shape[1]]
+                    q = (w / full).to(torch.float8_e4m3fn)
+                    t[f"{key}.weight"], t[f"{key}.weight_scale_inv"] = q, scale
+                    w.copy_(q.float() * full)  # what the checkpoint holds, in float
+                else:
+                    t[f"{key}.weight"] = w.to(torch.bfloat16)
+                    w.copy_(w.to(torch.bfloat16).float())
+        truth.update(w13f=w13f, w2f=w2f)
+        t[f"{p}.gate.weight"] = torch.randn(E, H, generator=g).to(torch.bfloat16)
+        if fp8:
+            t[f"{p}.gate.e_score_correction_bias"] = torch.randn(E, generator=g)
+    names = sorted(t)
+    weight_map = {}
+    for i in range(shards):  # round robin: a weight and its scales land in different shards
+        part = {n: t[n].contiguous() for n in names[i::shards]}
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file(part, str(tmp_path / file))
+        weight_map.update((n, file) for n in part)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    experts_key, inter_key = CONFIG_FIELDS[model_type]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, experts_key: E, "hidden_size": H,
+                                                      inter_key: I}))
+    return spec, t, truth
+
+
+def expected_raw(spec, truth, tp_rank):
+    """This rank's experts sliced from the full weights, independently of the loader."""
+    I, e0, e1 = spec.intermediate_size, spec.expert_begin, spec.expert_begin + spec.local_experts
+    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    rows = torch.cat((torch.arange(c0, c1), torch.arange(I + c0, I + c1)))
+    if "w13" in truth:
+        out = dict(w13=truth["w13"][e0:e1][:, rows], s13=truth["s13"][e0:e1][:, rows],
+                   w2=truth["w2"][e0:e1, :, c0 // 2:c1 // 2], s2=truth["s2"][e0:e1, :, c0 // 32:c1 // 32])
+        if "b13" in truth:
+            out.update(b13=truth["b13"][e0:e1][:, rows],
+                       b2=truth["b2"][e0:e1] if tp_rank == 0 else torch.zeros_like(truth["b2"][e0:e1]))
+        return out
+    q13, s13 = quantize(truth["w13f"][e0:e1][:, rows])
+    q2, s2 = quantize(truth["w2f"][e0:e1, :, c0:c1])
+    return dict(w13=q13, s13=s13, w2=q2, s2=s2)
+
+
+SPLITS = [dict(), dict(ep_size=2, ep_rank=1), dict(tp_size=2), dict(tp_size=2, ep_size=4, ep_rank=3)]
+
+
+@pytest.mark.parametrize("split", SPLITS, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "full")
+@pytest.mark.parametrize("model_type", list(SPECS))
+def test_loaded_experts_are_this_ranks_slices(tmp_path, model_type, split):
+    full, tensors, truth = write_checkpoint(tmp_path, model_type)
+    spec = full.with_parallel(**split) if split else full
+    for tp_rank in range(spec.parallel.tp_size):
+        raw, router = load_raw_experts(tmp_path, spec, LAYER, tp_rank=tp_rank)
+        want = expected_raw(spec, truth, tp_rank)
+        for name, value in want.items():
+            got = getattr(raw, name)
+            assert got.dtype == value.dtype and torch.equal(got, value), (name, tp_rank)
+        assert (raw.b13 is None) == ("b13" not in want)
+        assert router["router_weight"].shape == (full.num_experts, full.hidden_size)
+    if model_type == "deepseek_v3":  # the FP8 block scales were applied: the dequantized slice is close
+        d = dequantize(raw.w13[0], raw.s13[0])
+        ref = truth["w13f"][spec.expert_begin][torch.cat((torch.arange(96, 192), torch.arange(288, 384)))] \
+            if spec.parallel.tp_size == 2 else None
+        if ref is not None:
+            assert ((d - ref).norm() / ref.norm()).item() < 0.15  # MXFP4's own rounding, nothing structural
+
+
+@pytest.mark.parametrize("model_type", list(SPECS))
+def test_load_experts_prepares_and_returns_the_router(tmp_path, model_type):
+    spec, tensors, truth = write_checkpoint(tmp_path, model_type, shards=1)
+    layer = load_experts(tmp_path, spec, LAYER)
+    want = expected_raw(spec, truth, 0)
+    ref = prepare(spec, want["w13"], want["s13"], want["w2"], want["s2"], want.get("b13"), want.get("b2"))
+    for got, exp in ((layer.experts.gemm1, ref.gemm1), (layer.experts.gemm2, ref.gemm2)):
+        assert torch.equal(got.w, exp.w) and torch.equal(got.scales, exp.scales)
+    hidden = torch.randn(3, spec.hidden_size).to(torch.bfloat16)
+    logits = layer.router_logits(hidden)
+    assert logits.shape == (3, spec.num_experts) and logits.dtype == torch.float32
+    if model_type == "gpt_oss":
+        assert layer.router_bias is not None
+        torch.testing.assert_close(logits, hidden.float() @ layer.router_weight.float().t() + layer.router_bias.float())
+    assert (layer.score_bias is not None) == (model_type in ("deepseek_v4", "deepseek_v3"))
+
+
+def test_deepseek_v4_hash_layer_returns_its_table(tmp_path):
+    spec, tensors, _ = write_checkpoint(tmp_path, "deepseek_v4")
+    # layer 0 is a hash layer: copy layer 1's experts under layer 0's names
+    extra = {k.replace(f"layers.{LAYER}.", "layers.0."): v for k, v in tensors.items()
+             if k.startswith(f"layers.{LAYER}.ffn.experts") or k.endswith("gate.weight")}
+    save_file({k: v.contiguous() for k, v in extra.items()}, str(tmp_path / "layer0.safetensors"))
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    index["weight_map"].update((k, "layer0.safetensors") for k in extra)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    _, router = load_raw_experts(tmp_path, spec, 0)
+    assert torch.equal(router["tid2eid"], tensors["layers.0.ffn.gate.tid2eid"]) and "score_bias" not in router
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda t: t.pop("model.layers.1.mlp.experts.3.up_proj.weight"),
+     "no tensor 'model.layers.1.mlp.experts.3.up_proj.weight' (expected BF16 or F16 or F32 (64, 64))"),
+    (lambda t: t.__setitem__("model.layers.1.mlp.experts.0.down_proj.weight", torch.zeros(64, 32, dtype=torch.bfloat16)),
+     "tensor 'model.layers.1.mlp.experts.0.down_proj.weight' is BF16 (64, 32), expected BF16 or F16 or F32 (64, 64)"),
+    (lambda t: t.__setitem__("model.layers.1.mlp.gate.weight", torch.zeros(8, 64, dtype=torch.int32)),
+     "tensor 'model.layers.1.mlp.gate.weight' is I32 (8, 64), expected BF16 or F32 (8, 64)"),
+])
+def test_bad_tensors_name_themselves(tmp_path, damage, message):
+    spec, tensors, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=1)
+    damage(tensors)
+    for f in tmp_path.glob("*.safetensors"):
+        f.unlink()
+    (tmp_path / "model.safetensors.index.json").unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError) as excinfo:
+        load_raw_experts(tmp_path, spec, LAYER)
+    assert message in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_bad_requests(tmp_path):
+    spec, _, _ = write_checkpoint(tmp_path, "qwen3_moe")
+    with pytest.raises(CheckpointError, match="tp_rank: 1, expected 0..0"):
+        load_raw_experts(tmp_path, spec, LAYER, tp_rank=1)
+    with pytest.raises(CheckpointError, match="layer: -1, expected a layer index >= 0"):
+        load_raw_experts(tmp_path, spec, -1)
+    with pytest.raises(CheckpointError, match="not a directory"):
+        load_raw_experts(tmp_path / "nope", spec, LAYER)
+    other = model_from_dict(dict(SPECS["qwen3_moe"], num_experts=16))
+    with pytest.raises(CheckpointError, match="field 'num_experts' = 8, but spec tiny-qwen expects 16"):
+        load_raw_experts(tmp_path, other, LAYER)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(CheckpointError, match="model_type 'llama', expected one of gpt_oss"):
+        load_raw_experts(tmp_path, spec, LAYER)

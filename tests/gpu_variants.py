@@ -1,11 +1,15 @@
-"""The GPU tests' model variants, their kernels and build folder: importable without a GPU, so
-tools/gpu_check.sh can build the tests' libraries on any machine (and carry them)."""
+"""The GPU tests' model variants, their kernels and build folder: importable without a GPU, so the
+tests' libraries can be built on any machine (and carried to a GPU one).
+MOEGEN_TEST_KERNELS=gemm1,gemm2 (one tile each, e.g. m64n16k64s6,m64n16k64s6) builds every variant with
+just those tiles (where they fit; the fallback kernels elsewhere): a quick first look on a new GPU."""
+import os
 from pathlib import Path
 
 from moegen.arch import get_arch
 from moegen.build import OBJECT_STORE
 from moegen.cli import DEFAULT_OUT
-from moegen.naming import KernelConfig
+from moegen.naming import KernelConfig, parse_kernel_name
+from moegen.problem import gemm_shapes
 from moegen.spec import ModelSpec, load_model
 
 OUT = DEFAULT_OUT / "_gputest"  # the tests' own builds, apart from what users build and tune
@@ -38,4 +42,14 @@ def gpu_test_configs(variant: str) -> list[KernelConfig]:
     """The arch's tuning shortlist (it holds every mainloop variant: one, two or four 64-row slices,
     one or two CTAs per SM, block_k 64 and 128); the fallback kernels for routing-only specs."""
     sm90, spec = get_arch("sm90"), variant_spec(variant)
-    return sm90.fallback_configs(spec) if variant in ROUTING_VARIANTS else sm90.shortlist_configs(spec)
+    if variant in ROUTING_VARIANTS:
+        return sm90.fallback_configs(spec)
+    tiles = os.environ.get("MOEGEN_TEST_KERNELS")
+    if tiles:
+        quick = []
+        for gemm, tile in zip(("gemm1", "gemm2"), tiles.split(",")):
+            c = parse_kernel_name(f"moegen_sm90_{gemm}_{tile}")
+            quick.append(c if sm90.rejection_reason(c, gemm_shapes(spec)[gemm]) is None else
+                         next(f for f in sm90.fallback_configs(spec) if f.gemm == gemm))
+        return quick
+    return sm90.shortlist_configs(spec)

@@ -1,0 +1,145 @@
+"""An MoE layer split over GPUs with torch.distributed (NCCL): expert parallelism (EP), tensor
+parallelism (TP), or both.  Written for any number of ranks; launch with torchrun.
+
+World rank r is EP rank r // tp_size and TP rank r % tp_size.  Each rank holds its experts (the
+contiguous range of the `--ep-size` build) and its intermediate slice (the `--tp` build), and its own
+tokens with their routing (global top-k ids and weights: route with moegen.routing or your engine).
+Tokens reach the ranks that own their experts, and the results come back:
+
+* ``allgather``: all-gather every EP rank's tokens (padded to one length), run this rank's experts
+  on all of them (slots of other ranks' experts add zero), reduce-scatter the partial sums back.  No
+  host synchronization, static shapes: CUDA-graph capturable.
+* ``alltoall``: send each token only to the ranks that own one of its experts
+  (``all_to_all_single``), run the experts there, send the partial sums back and add them per token
+  in rank order (deterministic).  Fewer bytes at large T; the split sizes cost one host sync.
+* TP: the TP ranks of an EP rank hold the same tokens and sum their partial outputs (all-reduce).
+
+The experts are any callable ``experts(hidden, topk_ids, topk_weights) -> out`` that computes this
+rank's share (MoeLayer.experts with the rank's prepared weights; the float64 reference in tests).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from .spec import ModelSpec
+
+Experts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+MODES = ("allgather", "alltoall", "auto")
+# `auto` switches to all-to-all from this many tokens per rank.  All-gather moves ep_size x the tokens
+# to every rank whatever their routing; all-to-all moves each token to the ranks of its experts only
+# (at most min(top_k, ep_size) of them) but costs a host sync.  Not yet measured on a multi-GPU
+# machine: the crossover is a placeholder to replace with the measured one.
+AUTO_ALLTOALL_MIN_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class Groups:
+    ep: object  # process group of this rank's EP peers (same TP rank)
+    tp: object  # process group of this rank's TP peers (same EP rank)
+    ep_rank: int
+    tp_rank: int
+    ep_size: int
+    tp_size: int
+
+
+def make_groups(ep_size: int, tp_size: int) -> Groups:
+    """Every rank must call this (torch.distributed.new_group is collective)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if ep_size * tp_size != world:
+        raise ValueError(f"ep_size {ep_size} x tp_size {tp_size} = {ep_size * tp_size}, expected the world size {world}")
+    ep_groups = [dist.new_group([e * tp_size + t for e in range(ep_size)]) for t in range(tp_size)]
+    tp_groups = [dist.new_group([e * tp_size + t for t in range(tp_size)]) for e in range(ep_size)]
+    ep_rank, tp_rank = divmod(rank, tp_size)
+    return Groups(ep_groups[tp_rank], tp_groups[ep_rank], ep_rank, tp_rank, ep_size, tp_size)
+
+
+def rank_spec(spec: ModelSpec, groups: Groups) -> ModelSpec:
+    """The spec of this rank's build (`moegen build --tp T --ep-size E --ep-rank R`)."""
+    return spec.with_parallel(tp_size=groups.tp_size, ep_size=groups.ep_size, ep_rank=groups.ep_rank)
+
+
+def _acc(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+class DistributedMoe:
+    def __init__(self, spec: ModelSpec, experts: Experts, groups: Groups, mode: str = "auto"):
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+        if spec.parallel.ep_size != groups.ep_size or spec.parallel.tp_size != groups.tp_size or \
+                spec.parallel.ep_rank != groups.ep_rank:
+            raise ValueError(f"spec {spec.variant}: its split (tp {spec.parallel.tp_size}, ep {spec.parallel.ep_size} "
+                             f"rank {spec.parallel.ep_rank}) is not this rank's (tp {groups.tp_size}, ep "
+                             f"{groups.ep_size} rank {groups.ep_rank}); use moegen.distributed.rank_spec")
+        self.spec, self.experts, self.groups, self.mode = spec, experts, groups, mode
+
+    def __call__(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                 mode: str | None = None) -> torch.Tensor:
+        """This rank's tokens' layer output (bf16 [T, H]).  With `allgather` every EP rank must pass the
+        same T (pad; CUDA graphs need it anyway); `alltoall` takes any T per rank, 0 included."""
+        mode = mode or self.mode
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+        if mode == "auto":
+            mode = "alltoall" if hidden.shape[0] >= AUTO_ALLTOALL_MIN_TOKENS else "allgather"
+        out = (self._allgather if mode == "allgather" else self._alltoall)(hidden, topk_ids, topk_weights)
+        if self.groups.tp_size > 1:  # the TP ranks' partial sums over their intermediate slices
+            dist.all_reduce(out, group=self.groups.tp)
+        return out.to(hidden.dtype)
+
+    # --- all-gather + reduce-scatter ---------------------------------------------------------------
+
+    # Both return partial sums in fp32 (or the input's wider type): the reductions across ranks add in
+    # fp32, as one GPU's finalize does.
+
+    def _allgather(self, hidden, ids, weights):
+        g = self.groups
+        if g.ep_size == 1:
+            return self.experts(hidden, ids, weights).to(_acc(hidden))
+        T = hidden.shape[0]
+        all_hidden = hidden.new_empty((g.ep_size * T, hidden.shape[1]))
+        all_ids = ids.new_empty((g.ep_size * T, ids.shape[1]))
+        all_weights = weights.new_empty((g.ep_size * T, weights.shape[1]))
+        dist.all_gather_into_tensor(all_hidden, hidden.contiguous(), group=g.ep)
+        dist.all_gather_into_tensor(all_ids, ids.contiguous(), group=g.ep)
+        dist.all_gather_into_tensor(all_weights, weights.contiguous(), group=g.ep)
+        partial = self.experts(all_hidden, all_ids, all_weights).to(_acc(hidden))
+        out = partial.new_empty((T, hidden.shape[1]))
+        dist.reduce_scatter_tensor(out, partial, group=g.ep)
+        return out
+
+    # --- all-to-all ---------------------------------------------------------------------------------
+
+    def _alltoall(self, hidden, ids, weights):
+        g, spec = self.groups, self.spec
+        if g.ep_size == 1:
+            return self.experts(hidden, ids, weights).to(_acc(hidden))
+        T, H = hidden.shape
+        dev = hidden.device
+        owner = ids.long() // spec.local_experts  # EP rank of each slot's expert (contiguous ranges)
+        to_rank = torch.zeros((T, g.ep_size), dtype=torch.bool, device=dev)
+        to_rank.scatter_(1, owner, True)
+        # (rank, token) pairs in rank order: one copy of a token per rank that owns any of its experts
+        dest, token = torch.nonzero(to_rank.t(), as_tuple=True)
+        send_counts = torch.bincount(dest, minlength=g.ep_size)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts, group=g.ep)
+        send, recv = send_counts.tolist(), recv_counts.tolist()  # the one host sync
+        n_in = sum(recv)
+        in_hidden = hidden.new_empty((n_in, H))
+        in_ids = ids.new_empty((n_in, ids.shape[1]))
+        in_weights = weights.new_empty((n_in, weights.shape[1]))
+        dist.all_to_all_single(in_hidden, hidden[token].contiguous(), recv, send, group=g.ep)
+        dist.all_to_all_single(in_ids, ids[token].contiguous(), recv, send, group=g.ep)
+        dist.all_to_all_single(in_weights, weights[token].contiguous(), recv, send, group=g.ep)
+        partial = self.experts(in_hidden, in_ids, in_weights).to(_acc(hidden))
+        back = partial.new_empty((len(token), H))
+        dist.all_to_all_single(back, partial.contiguous(), send, recv, group=g.ep)
+        # sum each token's partials in rank order: per-rank slots, then a fixed-order reduction
+        per_rank = back.new_zeros((g.ep_size, T, H))
+        per_rank[dest, token] = back
+        return per_rank.sum(dim=0)

@@ -10,6 +10,14 @@ def load(*args, **kwargs):
     return _load(*args, **kwargs)
 
 
+def __getattr__(name: str):
+    """moegen.checkpoint, .routing, .distributed, ... without importing torch at `import moegen`."""
+    import importlib
+    if name in ("checkpoint", "routing", "distributed", "runtime", "reference", "mxfp4", "hf_config"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'moegen' has no attribute {name!r}")
+
+
 def prepare(*args, **kwargs):
     """See moegen.prepare.prepare."""
     from .prepare import prepare as _prepare

@@ -62,6 +62,14 @@ class Toolchain:
     nvcc_version: str
     cutlass_include: Path
     cutlass_version: str
+    # Where the CUDA runtime's static library is, when nvcc's own profile does not say (the pip wheels'
+    # layout has lib/, the profile looks in lib64/).  A search path: not part of any fingerprint.
+    lib_dirs: tuple[Path, ...] = ()
+
+
+def _runtime_lib_dirs(nvcc: str) -> tuple[Path, ...]:
+    top = Path(nvcc).resolve().parent.parent
+    return tuple(d for d in (top / "lib", top / "lib64") if (d / "libcudart_static.a").is_file())
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,8 @@ def find_toolchain() -> Toolchain:
         raise BuildError(f"CUTLASS headers not found at {include}")
     text = version_h.read_text()
     ver = ".".join(re.search(rf"#define CUTLASS_{k} (\d+)", text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
-    return Toolchain(nvcc=nvcc, nvcc_version=m.group(1), cutlass_include=include, cutlass_version=ver)
+    return Toolchain(nvcc=nvcc, nvcc_version=m.group(1), cutlass_include=include, cutlass_version=ver,
+                     lib_dirs=_runtime_lib_dirs(nvcc))
 
 
 def output_dir(spec: ModelSpec, arch: str, root: Path) -> Path:
@@ -239,7 +248,8 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root
     compiles.append(step("build_info", sources["build_info.cu"], headers))
     sources.update((f"include/{name}", data.decode()) for name, data in sorted(headers.items()))
     library = f"libmoegen-{fingerprint[:16]}.so"
-    link = (toolchain.nvcc, *link_flags, "-o", library, *(f"{rel_store}/{c.obj}" for c in compiles))
+    link = (toolchain.nvcc, *link_flags, *(f"-L{d}" for d in toolchain.lib_dirs), "-o", library,
+            *(f"{rel_store}/{c.obj}" for c in compiles))
     manifest = dict(schema=MANIFEST_SCHEMA, abi_version=ABI_VERSION, fingerprint=fingerprint, variant=spec.variant,
                     model=spec.name, arch=arch, spec=spec.to_dict(), kernels=kernels, library=library,
                     weight_layout=policy.weight_layout, activation_format=policy.activation_format,

@@ -129,11 +129,15 @@ def list_models() -> None:
               help="compaction: per GEMM, keep the fewest kernels within this of each bucket's best")
 @click.option("--table-root", type=click.Path(path_type=Path), default=None,
               help="write the table under this root (configs/dispatch to contribute it) instead of OUT/dispatch")
+@click.option("--warm-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="per bucket, back-to-back replays before timing: the clock and power the GPU serves at")
+@click.option("--min-seconds", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="each candidate's back-to-back replays last at least this long")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes for the build")
 @_out_option
 @_one_line_errors
-def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tolerance, table_root, jobs,
-         out_root) -> None:
+def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tolerance, table_root, warm_seconds,
+         min_seconds, jobs, out_root) -> None:
     """Time the kernels per token-count bucket on this GPU; write its dispatch table."""
     import torch
 
@@ -148,7 +152,8 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
         raise click.ClickException("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it "
                                    "tunes for (build with `moegen build --kernels all` anywhere)")
     path = tune_model(spec, arch, out_root, bucket_list, configs, build_first=not no_build, jobs=jobs,
-                      tolerance=tolerance, table_root=table_root, log=lambda m: click.echo(m, err=True))
+                      tolerance=tolerance, table_root=table_root, log=lambda m: click.echo(m, err=True),
+                      min_seconds=min_seconds, warm_seconds=warm_seconds)
     click.echo(str(path))
 
 

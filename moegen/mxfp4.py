@@ -29,6 +29,10 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise ValueError(f"quantize: expected a floating-point tensor, got "
                          f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if x.device.type == "meta":
+        raise ValueError("quantize: got a meta tensor (no data); expected a tensor with values")
+    if x.element_size() == 1:  # float8: widen first (torch has no isfinite for it); e4m3fn has no inf
+        x = x.to(torch.float32)
     if x.dim() == 0 or x.shape[-1] % BLOCK:
         k = x.shape[-1] if x.dim() else None
         raise ValueError(f"quantize: last dimension K must be a multiple of {BLOCK}, got K={k} "

@@ -79,7 +79,7 @@ class LayerProfiler:
     least reps rounds and min_seconds, so candidates are compared in the power state serving runs in.
     """
 
-    def __init__(self, layer: MoeLayer, rotations: int = 4, reps: int = 10, min_seconds: float = 0.15,
+    def __init__(self, layer: MoeLayer, rotations: int = 4, reps: int = 6, min_seconds: float = 0.1,
                  warm_seconds: float = 1.0, seed: int = 0, tolerance: float = 2e-2):
         self.layer, self.rotations, self.reps, self.seed, self.tolerance = layer, rotations, reps, seed, tolerance
         self.min_seconds, self.warm_seconds = min_seconds, warm_seconds

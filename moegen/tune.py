@@ -209,7 +209,8 @@ def save_table(root: Path, table: dict) -> Path:
 
 def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kernels: list[KernelConfig] | None = None,
                build_first: bool = True, jobs: int | None = None, tolerance: float = 0.01,
-               table_root: Path | None = None, log: Callable[[str], None] = print) -> Path:
+               table_root: Path | None = None, log: Callable[[str], None] = print,
+               min_seconds: float = 0.1, warm_seconds: float = 1.0) -> Path:
     """Build the kernels (the whole space by default), time them on this GPU, write the user table
     (`<out>/dispatch/...`, or under table_root).  Needs a GPU; checks for one before building."""
     import torch
@@ -225,15 +226,17 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     if build_first:
         build(spec, arch, kernels or get_arch(arch).candidate_configs(spec), out_root, jobs=jobs, log=log)
     layer = load(output_dir(spec, arch, out_root), spec=spec)
-    log(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}")
-    profiler = LayerProfiler(layer)
+    log(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}, {len(buckets)} buckets")
+    start = time.monotonic()
+    profiler = LayerProfiler(layer, min_seconds=min_seconds, warm_seconds=warm_seconds)
     try:
         choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log)
     finally:
         profiler.close()
     kept = compact(layer.kernels, choices, measurements, tolerance)
     used = {n for c in kept.values() for n in c[:2]}
-    log(f"compacted to {len(used)} kernels (within {tolerance:.0%} per GEMM of each bucket's best)")
+    log(f"{len(measurements)} timings in {time.monotonic() - start:.0f} s; compacted to {len(used)} kernels "
+        f"(within {tolerance:.0%} per GEMM of each bucket's best)")
     table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements,
                        tuned_with=dict(steady_state=dict(warm_seconds=profiler.warm_seconds,
                                                          min_seconds=profiler.min_seconds, reps=profiler.reps),

@@ -178,3 +178,13 @@ def test_dequantize_errors():
         dequantize(torch.zeros(2, 32, dtype=torch.uint8), torch.zeros(2, 1, dtype=torch.uint8))
     with pytest.raises(ValueError, match="multiple of 16"):
         dequantize(torch.zeros(24, dtype=torch.uint8), torch.zeros(1, dtype=torch.uint8))
+
+
+def test_quantize_float8_and_meta_inputs():
+    from moegen.mxfp4 import dequantize, quantize
+    x = (torch.randn(4, 64) * 3).to(torch.float8_e4m3fn)
+    packed, scales = quantize(x)
+    assert torch.equal(packed, quantize(x.float())[0]) and torch.equal(scales, quantize(x.float())[1])
+    assert dequantize(packed, scales).shape == (4, 64)
+    with pytest.raises(ValueError, match="quantize: got a meta tensor"):
+        quantize(torch.empty(2, 32, device="meta"))

@@ -106,15 +106,6 @@ def test_library_c_abi(built, lib):
     assert lib.dll.moegen_struct_layout(b"nope") is None
 
 
-def test_abi_header_fields_match_the_binding():
-    """abi.h's struct fields, in order, are the ctypes mirror's (and the layout macro's)."""
-    text = (render.INCLUDE_DIR / "moegen" / "abi.h").read_text()
-    for name, struct in binding.STRUCTS.items():
-        body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (name, name), text, re.S).group(1)
-        fields = re.findall(r"(\w+);", re.sub(r"//.*", "", body))
-        assert fields == [f for f, _ in struct._fields_], name
-
-
 def test_struct_layout_mismatch_is_a_load_error(built, monkeypatch):
     class Shifted(binding.ctypes.Structure):
         _fields_ = [("num_tokens", binding.ctypes.c_int32)] + binding.Args._fields_[1:]

@@ -52,7 +52,7 @@ def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
     shape = gemm_shapes(spec)[cfg.gemm]
     n_pad, k_pad = layout.padded(shape.n, shape.k)
     a = spec.activation
-    return render("gemm_kernel.cu.j2", name=cfg.name, arch=arch.name,
+    return render(arch.gemm_template, name=cfg.name, arch=arch.name,
                   hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
                   activation_enum=_ACTIVATION_ENUM[a.kind], has_limit=_cpp_bool(a.limit is not None),
                   limit=_cpp_float(a.limit if a.limit is not None else 0.0), alpha=_cpp_float(a.alpha),
@@ -66,6 +66,7 @@ def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str
     r = spec.router
     kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n) for c in configs]
     return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels,
+                  launch_params=get_arch(arch).launch_params,
                   num_experts=spec.num_experts, local_experts=spec.local_experts, expert_begin=spec.expert_begin,
                   top_k=r.top_k, hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
                   router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,

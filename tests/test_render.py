@@ -159,11 +159,11 @@ def test_layer_source_kernel_table():
     text = render.layer_source(spec, "sm90", configs)
     for c in configs:
         assert f'extern "C" int {c.name}_launch(const moegen::GemmParams*, int, long, cudaStream_t);' in text
-        assert f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, {c.name}_launch}},' in text
+        assert f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, reinterpret_cast<const void*>({c.name}_launch)}},' in text
     # Table order is the config order: the runtime indexes kernels by position.
     positions = [text.index(f'{{"{c.name}"') for c in configs]
     assert positions == sorted(positions)
-    assert "deepseek-v4-flash (sm90)" in text
+    assert "deepseek-v4-flash (sm90)" in text and '#include "moegen/sm90/pipeline.cuh"' in text
 
 
 def test_build_info_source():

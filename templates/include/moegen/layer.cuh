@@ -1,6 +1,8 @@
-// Host orchestration of one MoE layer: workspace carving, argument checks and the launch sequence.
-// Everything runs on the caller's stream with no host synchronization and no allocation, so the
-// whole layer can be captured in a CUDA graph.
+// Host orchestration of one MoE layer, arch-neutral: argument checks, the routing workspace and
+// launches, and the two entry points.  What follows routing (the GEMMs, and whatever the arch needs
+// around them) is the arch's Pipeline<P> (moegen/<arch>/pipeline.cuh, included after this by the
+// layer's translation unit).  Everything runs on the caller's stream with no host synchronization
+// and no allocation, so the whole layer can be captured in a CUDA graph.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -12,17 +14,15 @@
 #include <type_traits>
 
 #include "moegen/abi.h"
-#include "moegen/finalize.cuh"
-#include "moegen/gemm_params.cuh"
 #include "moegen/routing.cuh"
 
 namespace moegen {
 
 struct KernelEntry {
   const char* name;
-  int gemm;      // 1 or 2
-  int block_n;   // token rows per work tile: the schedule is built for it
-  GemmLaunch launch;
+  int gemm;            // 1 or 2
+  int block_n;         // token rows per work tile: the schedule is built for it
+  const void* launch;  // the kernel's launch function, of the type its arch's pipeline calls
 };
 
 inline char* error_buffer() {
@@ -38,6 +38,12 @@ inline int fail(int code, const char* fmt, ...) {
   return code;
 }
 
+#define MOEGEN_CHECK_LAUNCH(what)                                                              \
+  do {                                                                                         \
+    cudaError_t e_ = cudaGetLastError();                                                       \
+    if (e_ != cudaSuccess) return fail(int(e_), "%s: %s", what, cudaGetErrorString(e_));       \
+  } while (0)
+
 constexpr int kMinBlockN = 8;
 
 // Up to this many (token, slot) rows the last routing block scatters them itself: one launch less.
@@ -49,12 +55,22 @@ inline int max_work_tiles(long rows, int bn, int experts) {
   return int(tiles > 0 ? tiles : 1);
 }
 
-template <class P>
-struct Workspace {
-  // Tokens per call: the kernels index expert rows (tokens x top_k) and finalize's 8-element vectors
-  // (tokens x hidden / 8) with 32-bit integers; half the range keeps every sum of them in range too.
-  static constexpr int64_t kMaxTokens = int64_t(INT32_MAX / 2) / (P::kTopK > P::kHidden / 8 ? P::kTopK : P::kHidden / 8);
+// Carves 256-byte aligned arrays out of one workspace (or, with base == nullptr, measures it).
+struct Carver {
+  uint8_t* base;
+  size_t off = 0;
+  template <class T>
+  void take(T*& ptr, size_t count) {
+    off = (off + 255) / 256 * 256;
+    if (base) ptr = reinterpret_cast<T*>(base + off);
+    off += count * sizeof(T);
+  }
+  size_t bytes() const { return (off + 255) / 256 * 256; }
+};
 
+// Routing's outputs: the permutation into expert order and both GEMMs' work tiles.
+template <class P>
+struct RoutingWorkspace {
   int32_t* counts;
   int32_t* offsets;
   int32_t* slot_in_expert;
@@ -69,58 +85,52 @@ struct Workspace {
   int32_t* work2_row0;
   int32_t* work2_row_end;
   int32_t* num_work;
-  __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
-  __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
 
-  // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
-  static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
+  void carve(Carver& c, int num_tokens) {
     const long rows = long(num_tokens) * P::kTopK;
     const int max_work = max_work_tiles(rows, kMinBlockN, P::kLocalExperts);
-    size_t off = 0;
-    auto take = [&](auto*& ptr, size_t count) {
-      using T = std::remove_reference_t<decltype(*ptr)>;
-      off = (off + 255) / 256 * 256;
-      if (base) ptr = reinterpret_cast<T*>(base + off);
-      off += count * sizeof(T);
-    };
-    Workspace dummy;
-    Workspace& w = ws ? *ws : dummy;
-    take(w.counts, P::kLocalExperts + 1);  // + the routing blocks' done counter
-    take(w.offsets, P::kLocalExperts + 1);
-    take(w.slot_in_expert, rows);
-    take(w.local_expert, rows);
-    take(w.row_token, rows);
-    take(w.row_weight, rows);
-    take(w.token_row, rows);
-    take(w.work1_expert, max_work);
-    take(w.work1_row0, max_work);
-    take(w.work1_row_end, max_work);
-    take(w.work2_expert, max_work);
-    take(w.work2_row0, max_work);
-    take(w.work2_row_end, max_work);
-    take(w.num_work, 2);
-    take(w.h, size_t(rows) * P::kInter);
-    take(w.y, size_t(rows) * P::kHidden);
-    return (off + 255) / 256 * 256;
-  }
-  // 0 outside [0, kMaxTokens]: no caller can size a buffer from an overflowed count.
-  static size_t checked_bytes(int64_t num_tokens) {
-    return num_tokens < 0 || num_tokens > kMaxTokens ? 0 : carve(nullptr, nullptr, int(num_tokens));
+    c.take(counts, P::kLocalExperts + 1);  // + the routing blocks' done counter
+    c.take(offsets, P::kLocalExperts + 1);
+    c.take(slot_in_expert, rows);
+    c.take(local_expert, rows);
+    c.take(row_token, rows);
+    c.take(row_weight, rows);
+    c.take(token_row, rows);
+    c.take(work1_expert, max_work);
+    c.take(work1_row0, max_work);
+    c.take(work1_row_end, max_work);
+    c.take(work2_expert, max_work);
+    c.take(work2_row0, max_work);
+    c.take(work2_row_end, max_work);
+    c.take(num_work, 2);
   }
 };
 
-#define MOEGEN_CHECK_LAUNCH(what)                                                              \
-  do {                                                                                         \
-    cudaError_t e_ = cudaGetLastError();                                                       \
-    if (e_ != cudaSuccess) return fail(int(e_), "%s: %s", what, cudaGetErrorString(e_));       \
-  } while (0)
-
-// Checks shared by both entry points; fills `ws`.  Returns 0, or fail()'s code.
+// What follows routing, per arch: template <class P> struct Pipeline { struct Workspace (holding a
+// RoutingWorkspace<P> `routing`); static size_t carve(Workspace*, uint8_t* base, int num_tokens);
+// static int run(const RoutingParams&, const Workspace&, const moegen_weights&, const void* hidden,
+// void* out, const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t); }.
 template <class P>
-int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, size_t workspace_bytes,
-               const KernelEntry* kernels, int num_kernels, int k1, int k2, Workspace<P>& ws) {
-  if (num_tokens < 0 || num_tokens > Workspace<P>::kMaxTokens)
-    return fail(-1, "num_tokens = %lld: expected 0..%lld", (long long)num_tokens, (long long)Workspace<P>::kMaxTokens);
+struct Pipeline;
+
+// Tokens per call: the kernels index expert rows (tokens x top_k) and finalize's 8-element vectors
+// (tokens x hidden / 8) with 32-bit integers; half the range keeps every sum of them in range too.
+template <class P>
+constexpr int64_t kMaxTokens = int64_t(INT32_MAX / 2) / (P::kTopK > P::kHidden / 8 ? P::kTopK : P::kHidden / 8);
+
+// 0 outside [0, kMaxTokens]: no caller can size a buffer from an overflowed count.
+template <class P>
+size_t workspace_bytes(int64_t num_tokens) {
+  if (num_tokens < 0 || num_tokens > kMaxTokens<P>) return 0;
+  return Pipeline<P>::carve(nullptr, nullptr, int(num_tokens));
+}
+
+// Checks shared by both entry points; carves `ws`.  Returns 0, or fail()'s code.
+template <class P>
+int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, size_t workspace_bytes_given,
+               const KernelEntry* kernels, int num_kernels, int k1, int k2, typename Pipeline<P>::Workspace& ws) {
+  if (num_tokens < 0 || num_tokens > kMaxTokens<P>)
+    return fail(-1, "num_tokens = %lld: expected 0..%lld", (long long)num_tokens, (long long)kMaxTokens<P>);
   if (k1 < 0 || k1 >= num_kernels || kernels[k1].gemm != 1)
     return fail(-1, "gemm1_kernel = %d: expected the index of a gemm1 kernel (0..%d)", k1, num_kernels - 1);
   if (k2 < 0 || k2 >= num_kernels || kernels[k2].gemm != 2)
@@ -133,19 +143,17 @@ int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, siz
     return fail(-1, "weights: a weight, scale or expert-scale pointer is NULL");
   if ((P::kBias13 && !w.b13) || (P::kBias2 && !w.b2))
     return fail(-1, "this model has per-expert GEMM biases: b13 and b2 are required");
-  const size_t need = Workspace<P>::checked_bytes(num_tokens);
-  if (workspace_bytes < need || (reinterpret_cast<uintptr_t>(workspace) & 255))
-    return fail(-1, "workspace: %zu bytes at %p; expected >= %zu bytes, 256-byte aligned", workspace_bytes,
+  const size_t need = workspace_bytes<P>(num_tokens);
+  if (workspace_bytes_given < need || (reinterpret_cast<uintptr_t>(workspace) & 255))
+    return fail(-1, "workspace: %zu bytes at %p; expected >= %zu bytes, 256-byte aligned", workspace_bytes_given,
                 workspace, need);
-  if (num_tokens > 0) Workspace<P>::carve(&ws, static_cast<uint8_t*>(workspace), int(num_tokens));
+  if (num_tokens > 0) Pipeline<P>::carve(&ws, static_cast<uint8_t*>(workspace), int(num_tokens));
   return 0;
 }
 
-// The layer after the routing inputs are set: routing (`Source`: the router or the caller's ids),
-// schedule, scatter, both GEMMs, finalize.
+// Routing (`Source`: the router or the caller's ids), the schedule and the permutation.
 template <class P, class Source>
-int run_layer(RoutingParams rp, const Workspace<P>& ws, const moegen_weights& w, const void* hidden, void* out,
-              const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
+int run_routing(RoutingParams& rp, const RoutingWorkspace<P>& ws, int bn1, int bn2, cudaStream_t stream) {
   const int T = rp.num_tokens;
   const long rows = long(T) * P::kTopK;
   cudaError_t e = cudaSuccess;
@@ -154,8 +162,8 @@ int run_layer(RoutingParams rp, const Workspace<P>& ws, const moegen_weights& w,
   rp.slot_in_expert = ws.slot_in_expert;
   rp.local_expert = ws.local_expert;
   rp.offsets = ws.offsets;
-  rp.bn1 = gemm1.block_n;
-  rp.bn2 = gemm2.block_n;
+  rp.bn1 = bn1;
+  rp.bn2 = bn2;
   rp.work1_expert = ws.work1_expert;
   rp.work1_row0 = ws.work1_row0;
   rp.work1_row_end = ws.work1_row_end;
@@ -181,52 +189,20 @@ int run_layer(RoutingParams rp, const Workspace<P>& ws, const moegen_weights& w,
     e = launch_pdl(scatter_kernel<P>, dim3(int((rows + 255) / 256)), dim3(256), 0, stream, rp);
     if (e != cudaSuccess) return fail(int(e), "scatter: %s", cudaGetErrorString(e));
   }
-
-  GemmParams g1{};
-  g1.w = w.w13;
-  g1.w_scales = w.w13_scales;
-  g1.expert_scale = w.w13_expert_scale;
-  g1.bias = w.b13;
-  g1.act = static_cast<const __nv_bfloat16*>(hidden);
-  g1.act_row = ws.row_token;  // gather fused into the B-operand loads
-  g1.work_expert = ws.work1_expert;
-  g1.work_row0 = ws.work1_row0;
-  g1.work_row_end = ws.work1_row_end;
-  g1.num_work = ws.num_work;
-  g1.out = ws.h;
-  g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
-  int rc = gemm1.launch(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts), rows, stream);
-  if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
-
-  GemmParams g2{};
-  g2.w = w.w2;
-  g2.w_scales = w.w2_scales;
-  g2.expert_scale = w.w2_expert_scale;
-  g2.bias = w.b2;
-  g2.act = ws.h;
-  g2.act_row = nullptr;
-  g2.work_expert = ws.work2_expert;
-  g2.work_row0 = ws.work2_row0;
-  g2.work_row_end = ws.work2_row_end;
-  g2.num_work = ws.num_work + 1;
-  g2.row_weight = ws.row_weight;
-  g2.out = ws.y;
-  g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
-  rc = gemm2.launch(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows, stream);
-  if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
-
-  const long vecs = long(T) * (P::kHidden / 8);
-  e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
-                 static_cast<const int32_t*>(ws.token_row), static_cast<const __nv_bfloat16*>(ws.y),
-                 static_cast<__nv_bfloat16*>(out));
-  if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
   return 0;
+}
+
+template <class P, class Source>
+int run_layer(RoutingParams rp, const typename Pipeline<P>::Workspace& ws, const moegen_weights& w,
+              const void* hidden, void* out, const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
+  if (int rc = run_routing<P, Source>(rp, ws.routing, gemm1.block_n, gemm2.block_n, stream)) return rc;
+  return Pipeline<P>::run(rp, ws, w, hidden, out, gemm1, gemm2, stream);
 }
 
 template <class P>
 int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, int k1, int k2,
             cudaStream_t stream) {
-  Workspace<P> ws;
+  typename Pipeline<P>::Workspace ws;
   if (int rc = check_call<P>(a.num_tokens, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws))
     return rc;
   if (a.logits_dtype != MOEGEN_LOGITS_F32 && a.logits_dtype != MOEGEN_LOGITS_BF16)
@@ -250,7 +226,7 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
 template <class P>
 int forward_experts(const moegen_experts_args& a, const KernelEntry* kernels, int num_kernels, int k1, int k2,
                     cudaStream_t stream) {
-  Workspace<P> ws;
+  typename Pipeline<P>::Workspace ws;
   if (int rc = check_call<P>(a.num_tokens, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws))
     return rc;
   if (a.ids_dtype != MOEGEN_IDS_I32 && a.ids_dtype != MOEGEN_IDS_I64)

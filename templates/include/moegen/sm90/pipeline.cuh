@@ -1,0 +1,80 @@
+// SM90's part of the layer after routing: GEMM1 (gather fused into its B-operand loads, SwiGLU in
+// its epilogue) -> GEMM2 (routing weight in its epilogue) -> finalize.  The layer's translation unit
+// includes this after moegen/layer.cuh.
+#pragma once
+#include "moegen/finalize.cuh"
+#include "moegen/gemm_params.cuh"
+#include "moegen/layer.cuh"
+
+namespace moegen {
+
+template <class P>
+struct Pipeline {
+  struct Workspace {
+    RoutingWorkspace<P> routing;
+    __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
+    __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
+  };
+
+  // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
+  static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
+    Workspace dummy;
+    Workspace& w = ws ? *ws : dummy;
+    Carver c{base};
+    const long rows = long(num_tokens) * P::kTopK;
+    w.routing.carve(c, num_tokens);
+    c.take(w.h, size_t(rows) * P::kInter);
+    c.take(w.y, size_t(rows) * P::kHidden);
+    return c.bytes();
+  }
+
+  static int run(const RoutingParams& rp, const Workspace& ws, const moegen_weights& w, const void* hidden, void* out,
+                 const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
+    const RoutingWorkspace<P>& r = ws.routing;
+    const int T = rp.num_tokens;
+    const long rows = long(T) * P::kTopK;
+    GemmParams g1{};
+    g1.w = w.w13;
+    g1.w_scales = w.w13_scales;
+    g1.expert_scale = w.w13_expert_scale;
+    g1.bias = w.b13;
+    g1.act = static_cast<const __nv_bfloat16*>(hidden);
+    g1.act_row = r.row_token;  // gather fused into the B-operand loads
+    g1.work_expert = r.work1_expert;
+    g1.work_row0 = r.work1_row0;
+    g1.work_row_end = r.work1_row_end;
+    g1.num_work = r.num_work;
+    g1.out = ws.h;
+    g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
+    int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
+                                                        rows, stream);
+    if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
+
+    GemmParams g2{};
+    g2.w = w.w2;
+    g2.w_scales = w.w2_scales;
+    g2.expert_scale = w.w2_expert_scale;
+    g2.bias = w.b2;
+    g2.act = ws.h;
+    g2.act_row = nullptr;
+    g2.work_expert = r.work2_expert;
+    g2.work_row0 = r.work2_row0;
+    g2.work_row_end = r.work2_row_end;
+    g2.num_work = r.num_work + 1;
+    g2.row_weight = r.row_weight;
+    g2.out = ws.y;
+    g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
+    rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
+                                                    stream);
+    if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
+
+    const long vecs = long(T) * (P::kHidden / 8);
+    const cudaError_t e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
+                                     static_cast<const int32_t*>(r.token_row), static_cast<const __nv_bfloat16*>(ws.y),
+                                     static_cast<__nv_bfloat16*>(out));
+    if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
+    return 0;
+  }
+};
+
+}  // namespace moegen

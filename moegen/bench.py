@@ -120,7 +120,7 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
         raise ValueError(f"bench: the libraries build different specs: {sorted(specs)}")
     first = next(iter(layers.values()))
     spec = first.spec
-    w = random_weights(spec, "cuda", seed)
+    w = random_weights(spec, "cuda", seed, first.weight_layout)
     monitor = GpuMonitor()
     rows = []
     try:

@@ -220,7 +220,8 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root
     flags = (*BASE_FLAGS, policy.gencode)
     # Project headers compile from the build's own snapshot (src/include), so the objects are built from
     # exactly the bytes their fingerprints cover, even if a header is edited while nvcc runs.
-    includes = ("-I.", "-Isrc/include", f"-I{toolchain.cutlass_include}")
+    includes = ("-I.", "-Isrc/include", f"-I{toolchain.cutlass_include}",
+                f"-I{toolchain.cutlass_include.parent / 'tools' / 'util' / 'include'}")  # cutlass/util (packed strides)
     toolchain_key = sha256_bytes(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, *flags)
     kernels = [dict(name=c.name, gemm=c.gemm, block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                     stages=c.stages) for c in configs]

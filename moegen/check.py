@@ -5,7 +5,10 @@ fresh random weights and inputs (the seed is printed), outputs poisoned first: e
 least once (paired in rotation with the other GEMM's kernels), the dispatch table's own choice,
 skewed routing (every token on the same experts), the experts-only entry point, and a CUDA-graph
 replay that must equal the eager call bitwise.  Pass: no NaN (every element written) and relative
-L2 error <= TOLERANCE.
+L2 error within TOLERANCE of the float64 reference in the library's activation format: BF16
+activations (SM90) 1e-2; MXFP8 activations (SM100) 3e-2 against the same quantization then exact
+arithmetic (GEMM1's bf16 output rounding moves some SwiGLU values across an e4m3 rounding step:
+1.2-1.5e-2 simulated on the CPU; against exact BF16 activations MXFP8 itself costs ~4.5e-2).
 """
 from __future__ import annotations
 
@@ -17,16 +20,17 @@ import torch
 from .runtime import MoeLayer
 from .testing import random_inputs, random_weights, reference_output, relative_l2
 
-TOLERANCE = 1e-2
+TOLERANCE = {"bf16": 1e-2, "mxfp8": 3e-2}
 
 
 def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
                   log: Callable[[str], None] = print) -> bool:
     seed = random.randrange(1 << 30) if seed is None else seed
-    spec = layer.spec
-    log(f"moegen check: {layer.manifest.variant} ({layer.manifest.arch}, {len(layer.kernels)} kernels) on "
-        f"{layer.gpu.name}, seed {seed}, tolerance {TOLERANCE}")
-    w = random_weights(spec, "cuda", seed)
+    spec, fmt = layer.spec, layer.manifest.activation_format
+    tolerance = TOLERANCE[fmt]
+    log(f"moegen check: {layer.manifest.variant} ({layer.manifest.arch}, {fmt} activations, {len(layer.kernels)} "
+        f"kernels) on {layer.gpu.name}, seed {seed}, tolerance {tolerance}")
+    w = random_weights(spec, "cuda", seed, layer.weight_layout)
     g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
     g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
     pairs = [(g1[i % len(g1)], g2[i % len(g2)]) for i in range(max(len(g1), len(g2)))]
@@ -48,8 +52,8 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
                 if T == 0:
                     report(name, T, None, res.out.shape == (0, spec.hidden_size))
                     continue
-                err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids))
-                report(name, T, err, not torch.isnan(res.out).any().item() and err <= TOLERANCE)
+                err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids, fmt))
+                report(name, T, err, not torch.isnan(res.out).any().item() and err <= tolerance)
         if T == 0:
             continue
         x = random_inputs(spec, T, "cuda", seed + 7 + T)
@@ -57,7 +61,7 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
         experts = layer.experts(x.hidden, fused.topk_ids, fused.topk_weights, w.prepared, poison=True)
         torch.cuda.synchronize()
         report("experts-only entry point on the router's choice", T,
-               relative_l2(experts, reference_output(spec, w, x, fused.topk_ids)), torch.equal(experts, fused.out))
+               relative_l2(experts, reference_output(spec, w, x, fused.topk_ids, fmt)), torch.equal(experts, fused.out))
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             replayed = layer(x.hidden, x.logits, w.prepared, x.score_bias)

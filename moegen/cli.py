@@ -15,7 +15,7 @@ import click
 from .spec import SpecError, known_models, load_model
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "generated"
-ARCH_CHOICES = ["sm90"]
+ARCH_CHOICES = ["sm90", "sm100"]
 
 
 def _one_line_errors(fn):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class WeightLayout:
     """Weights [E, N, K] stored as atoms of atom_rows x atom_k values, each atom's values in
-    atom_bytes and its scales in atom_scale_bytes, rows padded to row_pad and K to atom_k."""
+    atom_bytes and its scales in atom_scale_bytes, rows padded to row_pad and K to atom_k (SM90)."""
     name: str
     atom_rows: int
     atom_k: int
@@ -40,10 +40,44 @@ class WeightLayout:
 SM90_ATOMS = WeightLayout("sm90_e2m1_atom64", atom_rows=64, atom_k=64, row_pad=128, atom_bytes=2048,
                           atom_scale_bytes=128)
 
-LAYOUTS = {layout.name: layout for layout in (SM90_ATOMS,)}
+@dataclass(frozen=True)
+class BlockScaledLayout:
+    """Weights [E, N, K] as e2m1 pairs [E, Npad, Kpad/2] (K-major, element 2i in the low nibble) and
+    e8m0 scales in CUTLASS's SM100 block-scaled layout (Sm1xxBlockScaledConfig<32>): per expert,
+    chunks of 128 rows x 4 K-blocks of 512 bytes, the K chunks inner (sf_offset).  Rows padded to
+    row_pad (one tcgen05 tile), K to k_pad (the FP4 TMA needs K % 128 == 0).  Tensor cores apply the
+    scales: expert_scale is 1."""
+    name: str
+    row_pad: int
+    k_pad: int
+
+    def padded(self, n: int, k: int) -> tuple[int, int]:
+        return -(-n // self.row_pad) * self.row_pad, -(-k // self.k_pad) * self.k_pad
+
+    def shapes(self, experts: int, n: int, k: int) -> dict[str, tuple[int, ...]]:
+        n_pad, k_pad = self.padded(n, k)
+        return {"w": (experts, n_pad, k_pad // 2), "scales": (experts, sf_bytes(n_pad, k_pad)),
+                "expert_scale": (experts,)}
 
 
-def get_layout(name: str) -> WeightLayout:
+def sf_offset(r: int, kb: int, k: int) -> int:
+    """Byte offset of the scale of row r, K-block kb (k // 32) in a block-scaled operand with K
+    columns (CUTLASS sm100_blockscaled_layout.hpp: atom ((32,4),(32,4)):((16,4),(0,1)), chunks of
+    128 rows x 4 K-blocks, K chunks inner)."""
+    k_chunks = -(-(k // 32) // 4)
+    return (r // 128) * k_chunks * 512 + (kb // 4) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + kb % 4
+
+
+def sf_bytes(rows: int, k: int) -> int:
+    return -(-rows // 128) * 128 * -(-(k // 32) // 4) * 4
+
+
+SM100_BLOCK_SCALED = BlockScaledLayout("sm100_e2m1_sf128x4", row_pad=128, k_pad=128)
+
+LAYOUTS = {layout.name: layout for layout in (SM90_ATOMS, SM100_BLOCK_SCALED)}
+
+
+def get_layout(name: str) -> WeightLayout | BlockScaledLayout:
     if name not in LAYOUTS:
         raise ValueError(f"weight layout {name!r}: expected one of {', '.join(LAYOUTS)}")
     return LAYOUTS[name]

@@ -21,7 +21,7 @@ class KernelConfig:
     block_m: int  # weight rows per CTA
     block_n: int  # token rows per CTA
     block_k: int
-    stages: int  # depth of the shared-memory ring
+    stages: int  # depth of the shared-memory ring (0: chosen by the arch's builder, SM100)
 
     @property
     def name(self) -> str:
@@ -29,7 +29,7 @@ class KernelConfig:
 
 
 _NAME = re.compile(r"moegen_(?P<arch>sm[1-9]\d*)_(?P<gemm>gemm[12])_m(?P<m>[1-9]\d{0,3})n(?P<n>[1-9]\d{0,3})"
-                   r"k(?P<k>[1-9]\d{0,3})s(?P<s>[1-9]\d{0,1})")
+                   r"k(?P<k>[1-9]\d{0,3})s(?P<s>0|[1-9]\d?)")
 
 
 def kernel_name(cfg: KernelConfig) -> str:

@@ -1,6 +1,8 @@
 """Weight prepare: raw MXFP4 checkpoint tensors -> the layout an arch's kernels stream, by layout name
-(moegen.layout; a build's manifest names the one its kernels read).  One layout today:
-``sm90_e2m1_atom64``.
+(moegen.layout; a build's manifest names the one its kernels read): ``sm90_e2m1_atom64`` (below) and
+``sm100_e2m1_sf128x4`` (pack_sm100: K-major e2m1 pairs and CUTLASS's block-scaled scale layout).
+
+The SM90 layout:
 
 Raw input (per GEMM): e2m1 pairs ``[E, N, K/2]`` uint8 (element 2i in the low nibble) and e8m0
 scales ``[E, N, K/32]`` uint8.  Output, per GEMM:
@@ -25,7 +27,7 @@ from functools import lru_cache
 
 import torch
 
-from .layout import SM90_ATOMS, PreparedGemm, PreparedWeights
+from .layout import SM90_ATOMS, SM100_BLOCK_SCALED, PreparedGemm, PreparedWeights, sf_bytes
 from .spec import ModelSpec
 
 MAX_STORED_SCALE = 128  # largest s with 2^(s-1) a normal bf16
@@ -99,12 +101,21 @@ def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtyp
         raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
 
 
-def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """codes [E, N, K] uint8 (one e2m1 code each), e8m0 [E, N, K/32] -> (w atoms, scale atoms, expert_scale)."""
-    E, N, K = codes.shape
+def _check_scales(e8m0: torch.Tensor, name: str) -> None:
     if (e8m0 == E8M0_NAN).any():
         bad = (e8m0 == E8M0_NAN).nonzero()[0].tolist()
         raise ValueError(f"{name}: e8m0 scale 255 (NaN) at [expert, row, group] = {bad}")
+
+
+def pack_sm90(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """codes [E, N, K] uint8 (one e2m1 code each), e8m0 [E, N, K/32] -> (w atoms, scale atoms,
+    expert_scale).  gate_up = I: the rows are W1 then W3 (GEMM1), interleaved here in blocks of 8 so
+    that an accumulator thread holds gate and up of one column."""
+    if gate_up is not None:
+        codes, e8m0 = _interleave_gate_up(codes, gate_up), _interleave_gate_up(e8m0, gate_up)
+    E, N, K = codes.shape
+    _check_scales(e8m0, name)
     Np, Kp = SM90_ATOMS.padded(N, K)
     dev = codes.device
     c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
@@ -134,8 +145,31 @@ def pack_gemm(codes: torch.Tensor, e8m0: torch.Tensor, name: str) -> tuple[torch
     return w, scales, expert_scale
 
 
-# Layout name -> (codes [E, N, K], e8m0 [E, N, K/32], name) -> (values, scales, expert_scale).
-PACKERS = {SM90_ATOMS.name: pack_gemm}
+def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """codes [E, N, K], e8m0 [E, N, K/32] -> (e2m1 pairs [E, Npad, Kpad/2], scales [E, sf_bytes], ones [E])
+    in SM100_BLOCK_SCALED.  Rows stay in order (GEMM1: W1 rows then W3 rows); padding rows and K get
+    code 0 and scale byte 0 (2^-127: finite, the tensor cores read whole 128-row scale chunks)."""
+    _check_scales(e8m0, name)
+    E, N, K = codes.shape
+    Np, Kp = SM100_BLOCK_SCALED.padded(N, K)
+    dev = codes.device
+    c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
+    c[:, :N, :K] = codes
+    w = (c[..., 0::2] | (c[..., 1::2] << 4)).contiguous()
+    s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)
+    s[:, :N, : K // 32] = e8m0
+    r = torch.arange(Np, device=dev).view(Np, 1)
+    kb = torch.arange(Kp // 32, device=dev).view(1, Kp // 32)
+    k_chunks = Kp // 128
+    offset = (r // 128) * k_chunks * 512 + (kb // 4) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + kb % 4
+    scales = torch.zeros((E, sf_bytes(Np, Kp)), dtype=torch.uint8, device=dev)
+    scales[:, offset.flatten()] = s.reshape(E, -1)
+    return w, scales, torch.ones(E, dtype=torch.float32, device=dev)
+
+
+# Layout name -> (codes [E, N, K], e8m0 [E, N, K/32], name, gate_up) -> (values, scales, expert_scale).
+PACKERS = {SM90_ATOMS.name: pack_sm90, SM100_BLOCK_SCALED.name: pack_sm100}
 
 
 def _interleave_gate_up(x: torch.Tensor, inter: int) -> torch.Tensor:
@@ -189,10 +223,9 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
 
-    codes13 = _interleave_gate_up(to_gate_up(_unpack(w13), gate_up_order, I), I)
-    s13 = _interleave_gate_up(to_gate_up(w13_scales, gate_up_order, I), I)
     pack = PACKERS[layout]
-    g1 = pack(codes13, s13, "w13_scales")
+    g1 = pack(to_gate_up(_unpack(w13), gate_up_order, I), to_gate_up(w13_scales, gate_up_order, I), "w13_scales",
+              gate_up=I)
     g2 = pack(_unpack(w2), w2_scales, "w2_scales")
     bias13 = None if b13 is None else to_gate_up(b13.float(), gate_up_order, I).contiguous()
     bias2 = None if b2 is None else b2.float().contiguous()

@@ -83,7 +83,7 @@ class LayerProfiler:
                  warm_seconds: float = 1.0, seed: int = 0, tolerance: float = 2e-2):
         self.layer, self.rotations, self.reps, self.seed, self.tolerance = layer, rotations, reps, seed, tolerance
         self.min_seconds, self.warm_seconds = min_seconds, warm_seconds
-        self.weights = random_weights(layer.spec, "cuda", seed)
+        self.weights = random_weights(layer.spec, "cuda", seed, layer.weight_layout)
         self.monitor = GpuMonitor()
         self._tokens = None
         self.inputs: list[Inputs] = []
@@ -105,7 +105,7 @@ class LayerProfiler:
         res = self.layer(x0.hidden, x0.logits, w.prepared, x0.score_bias, kernels=(gemm1, gemm2), poison=True)
         torch.cuda.synchronize()
         if self.ref is None:
-            self.ref = reference_output(spec, w, x0, res.topk_ids)
+            self.ref = reference_output(spec, w, x0, res.topk_ids, self.layer.manifest.activation_format)
         if torch.isnan(res.out).any():
             raise RuntimeError("verification failed: NaN in the output")
         err = relative_l2(res.out, self.ref)

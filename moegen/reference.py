@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from moegen.mxfp4 import dequantize
+from moegen.mxfp8 import round_trip_mxfp8
 from moegen.spec import ModelSpec
 
 Tensor = torch.Tensor
@@ -163,9 +164,18 @@ def activation(spec: ModelSpec, gate: Tensor, up: Tensor) -> Tensor:
     return gate * torch.sigmoid(a.alpha * gate) * (up + 1)  # swiglu_oai
 
 
+ACTIVATION_FORMATS = ("bf16", "mxfp8")
+
+
 def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tensor, w2: Tensor,
-        b13: Tensor | None = None, b2: Tensor | None = None) -> Tensor:
-    """This rank's share of the MoE output, float64 [T, H]; slots routed to other EP ranks add nothing."""
+        b13: Tensor | None = None, b2: Tensor | None = None, activation_format: str = "bf16") -> Tensor:
+    """This rank's share of the MoE output, float64 [T, H]; slots routed to other EP ranks add nothing.
+
+    activation_format "mxfp8": the GEMMs' activations are quantized as the SM100 layer quantizes them
+    (the hidden states before GEMM1, the SwiGLU output before GEMM2: moegen.mxfp8), then the
+    arithmetic is exact; "bf16": the hidden states as given."""
+    if activation_format not in ACTIVATION_FORMATS:
+        raise ValueError(f"activation_format {activation_format!r}: expected one of {ACTIVATION_FORMATS}")
     H, I, E_local = spec.hidden_size, spec.local_intermediate, spec.local_experts
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2 or hidden.shape[1] != H:
         got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
@@ -179,7 +189,8 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
     _check_optional("b2", b2, spec.gemm2_bias, (E_local, H), "gemm2 bias")
 
     f64 = dict(dtype=torch.float64, device=hidden.device)
-    x_all, weights = hidden.to(**f64), weights.to(**f64)
+    mx = activation_format == "mxfp8"
+    x_all, weights = (round_trip_mxfp8(hidden) if mx else hidden).to(**f64), weights.to(**f64)
     ids = ids.to(device=hidden.device, dtype=torch.int64)
     out = torch.zeros(T, H, **f64)
     for e in range(E_local):
@@ -189,7 +200,8 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
         gu = x_all[tokens] @ w13[e].to(**f64).T
         if b13 is not None:
             gu = gu + b13[e].to(**f64)
-        y = activation(spec, gu[:, :I], gu[:, I:]) @ w2[e].to(**f64).T
+        h = activation(spec, gu[:, :I], gu[:, I:])
+        y = (round_trip_mxfp8(h) if mx else h) @ w2[e].to(**f64).T
         if b2 is not None:
             y = y + b2[e].to(**f64)
         out.index_add_(0, tokens, y * weights[tokens, slots].unsqueeze(1))

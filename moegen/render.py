@@ -63,7 +63,7 @@ def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
 
 
 def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str:
-    r = spec.router
+    r, a = spec.router, spec.activation
     kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n) for c in configs]
     return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels,
                   launch_params=get_arch(arch).launch_params,
@@ -72,6 +72,8 @@ def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str
                   router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,
                   group_score_enum=_GROUP_SCORE_ENUM[r.group_score], renormalize=_cpp_bool(r.renormalize),
                   score_bias=_cpp_bool(r.score_bias), routed_scaling_factor=_cpp_float(r.routed_scaling_factor),
+                  activation_enum=_ACTIVATION_ENUM[a.kind], has_limit=_cpp_bool(a.limit is not None),
+                  limit=_cpp_float(a.limit if a.limit is not None else 0.0), alpha=_cpp_float(a.alpha),
                   bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias))
 
 

@@ -3,6 +3,7 @@ arch's tensor-core MMA, no kernel touches local memory (spills or stack arrays),
 ptxas reported as having serialized wgmmas (from the build's resources)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,22 +11,35 @@ from pathlib import Path
 
 from .artifact import read_manifest
 
-# The tensor-core MMA opcode each arch's GEMM kernels must contain.
-MMA_OPCODES = {"sm90": ("HGMMA",), "sm100": ("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCMMA")}
+# The tensor-core MMA each arch's GEMM kernels must contain (SM100: tcgen05.mma kind::mxf8f6f4 is
+# UTCQMMA, .2CTA on a 2-SM pair), and how their kernels' names read.
+MMA_OPCODES = {"sm90": ("HGMMA",), "sm100": ("UTCQMMA",)}
+GEMM_KERNEL = {"sm90": "grouped_gemm_kernel", "sm100": "GemmUniversal"}
 
 
-def find_cuobjdump() -> str:
-    path = shutil.which("cuobjdump")
+def _tool(name: str) -> str | None:
+    path = shutil.which(name)
     if path:
         return path
     try:
         from cuda.pathfinder import find_nvidia_binary_utility
-        path = find_nvidia_binary_utility("cuobjdump")
+        return find_nvidia_binary_utility(name)
     except ImportError:
-        path = None
+        return None
+
+
+def find_cuobjdump() -> tuple[str, dict]:
+    """cuobjdump (the CUDA toolkit, or the `sass` extra's wheels) and the environment it needs to
+    find nvdisasm."""
+    path = _tool("cuobjdump")
     if not path:
-        raise RuntimeError("cuobjdump not found (CUDA toolkit): the SASS audit reads the library's machine code")
-    return path
+        raise RuntimeError("cuobjdump not found: the SASS audit reads the library's machine code (CUDA toolkit, "
+                           "or pip install -e '.[sass]')")
+    env = dict(os.environ)
+    nvdisasm = _tool("nvdisasm")
+    if nvdisasm:
+        env.setdefault("NVDISASM_PATH", nvdisasm)
+    return path, env
 
 
 def summarize(sass: str, mma_opcodes: tuple[str, ...]) -> dict[str, dict[str, int]]:
@@ -50,21 +64,26 @@ def summarize(sass: str, mma_opcodes: tuple[str, ...]) -> dict[str, dict[str, in
 def audit_build(out_dir: Path) -> tuple[bool, str]:
     m = read_manifest(out_dir)
     opcodes = MMA_OPCODES[m.arch]
-    sass = subprocess.run([find_cuobjdump(), "--dump-sass", str(m.library_path)], capture_output=True, text=True,
-                          check=False)
+    cuobjdump, env = find_cuobjdump()
+    sass = subprocess.run([cuobjdump, "--dump-sass", str(m.library_path)], capture_output=True, text=True,
+                          check=False, env=env)
     if sass.returncode != 0:
         raise RuntimeError(f"cuobjdump --dump-sass {m.library_path}: {sass.stderr.strip()}")
     kernels = summarize(sass.stdout, opcodes)
     ok, lines = bool(kernels), []
     for name, k in sorted(kernels.items()):
         flag = ""
-        if "grouped_gemm" in name and k["MMA"] == 0:
+        if GEMM_KERNEL[m.arch] in name and k["MMA"] == 0:
             flag, ok = f" <-- NO {'/'.join(opcodes)}", False
         if k["LDL"] or k["STL"]:
             flag, ok = flag + " <-- LOCAL MEMORY", False
         short = name if len(name) < 110 else name[:107] + "..."
         lines.append(f"{short}: {opcodes[0]} {k['MMA']}, LDL {k['LDL']}, STL {k['STL']}, {k['instructions']} "
                      f"instructions{flag}")
+    gemms = sum(1 for name in kernels if GEMM_KERNEL[m.arch] in name)
+    if gemms < len({k for k in m.kernels}):  # every GEMM unit of the build must be there
+        lines.append(f"only {gemms} GEMM kernels in the SASS for {len(m.kernels)} in the manifest")
+        ok = False
     for kernel, res in sorted(m.data.get("resources", {}).items()):
         if res.get("wgmma_serialized"):
             lines.append(f"ptxas serialized the wgmmas of {kernel} (C751x x{res['wgmma_serialized']})")

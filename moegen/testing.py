@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from . import reference
-from .layout import PreparedWeights
+from .layout import SM90_ATOMS, PreparedWeights
 from .prepare import prepare
 from .spec import ModelSpec
 
@@ -31,7 +31,8 @@ def _scale_exponents(shape, k: int, gen: torch.Generator, device) -> torch.Tenso
     return torch.randint(center - 1, center + 2, shape, generator=gen, device=device, dtype=torch.int32).to(torch.uint8)
 
 
-def random_weights(spec: ModelSpec, device, seed: int) -> Weights:
+def random_weights(spec: ModelSpec, device, seed: int, layout: str = SM90_ATOMS.name) -> Weights:
+    """Random MXFP4 experts, raw and prepared in `layout` (a layer's: layer.weight_layout)."""
     g = torch.Generator(device=device).manual_seed(seed)
     E, H, I = spec.local_experts, spec.hidden_size, spec.local_intermediate
     w13 = torch.randint(0, 256, (E, 2 * I, H // 2), generator=g, device=device, dtype=torch.int32).to(torch.uint8)
@@ -40,7 +41,7 @@ def random_weights(spec: ModelSpec, device, seed: int) -> Weights:
     s2 = _scale_exponents((E, H, I // 32), I, g, device)
     b13 = 0.1 * torch.randn((E, 2 * I), generator=g, device=device) if spec.gemm1_bias else None
     b2 = 0.1 * torch.randn((E, H), generator=g, device=device) if spec.gemm2_bias else None
-    return Weights(w13, s13, w2, s2, b13, b2, prepare(spec, w13, s13, w2, s2, b13, b2))
+    return Weights(w13, s13, w2, s2, b13, b2, prepare(spec, w13, s13, w2, s2, b13, b2, layout=layout))
 
 
 @dataclass
@@ -62,12 +63,14 @@ def random_inputs(spec: ModelSpec, num_tokens: int, device, seed: int, skew: boo
     return Inputs(hidden, logits, bias)
 
 
-def reference_output(spec: ModelSpec, w: Weights, x: Inputs, ids: torch.Tensor) -> torch.Tensor:
-    """float64 layer output for the given expert choice (weights recomputed by the reference router)."""
+def reference_output(spec: ModelSpec, w: Weights, x: Inputs, ids: torch.Tensor,
+                     activation_format: str = "bf16") -> torch.Tensor:
+    """float64 layer output for the given expert choice (weights recomputed by the reference router);
+    activation_format as the library's manifest says (reference.moe)."""
     ids = ids.long()
     weights = reference.route_weights(spec, x.logits, x.score_bias, ids)
     return reference.moe(spec, x.hidden, ids, weights, reference.MXFP4Experts(w.w13, w.s13),
-                         reference.MXFP4Experts(w.w2, w.s2), w.b13, w.b2)
+                         reference.MXFP4Experts(w.w2, w.s2), w.b13, w.b2, activation_format=activation_format)
 
 
 def relative_l2(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -249,3 +249,46 @@ def test_check_configs_names_the_kernel():
 def test_default_configs_exist_for_common_tp_splits(model, tp):
     spec = load_model(model).with_parallel(tp_size=tp)
     assert len(default_configs(spec, "sm90")) == 2 * len(SM90_DEFAULTS)
+
+
+# --- SM100 ---------------------------------------------------------------------------------------------
+
+from moegen.arch import sm100 as b100  # noqa: E402
+
+SPLITS = [dict(), dict(tp_size=2), dict(ep_size=8, ep_rank=3)]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("split", SPLITS, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "full")
+def test_sm100_space_and_fallback_for_every_model_and_split(model, split):
+    spec = load_model(model)
+    try:
+        spec = spec.with_parallel(**split) if split else spec
+    except Exception:
+        pytest.skip("split does not apply to this model")
+    space = b100.SM100.candidate_configs(spec)
+    assert len(space) >= 10 and {c.gemm for c in space} == {"gemm1", "gemm2"}
+    fallback = b100.SM100.fallback_configs(spec)
+    assert len(fallback) == 6 and all(c in space for c in fallback)
+    for c in space:
+        assert c.stages == 0 and parse_kernel_name(c.name) == c and c.name.endswith("s0")
+
+
+def test_sm100_rules_are_live():
+    raw = [KernelConfig("sm100", "gemm1", m, n, k, 0) for m, n, k, _ in itertools.product(*b100.AXES.values())]
+    shape = GemmShape(4096, 4096)
+    reasons = {b100.SM100.rejection_reason(c, shape) for c in raw}
+    assert {r[0] for r in b100.RULES[1:]} <= reasons  # smem and 2-SM rules fire on the raw space
+    assert b100.SM100.rejection_reason(KernelConfig("sm100", "gemm1", 128, 64, 256, 0), GemmShape(256, 128)) == \
+        b100.RULES[0][0]
+    assert "stages = 4 is not on the sm100 axis" in b100.SM100.rejection_reason(
+        KernelConfig("sm100", "gemm1", 128, 64, 128, 4), shape)
+
+
+def test_sm100_units_depend_on_the_tile_only():
+    """The SM100 GEMM takes its shapes at run time: one object per tile serves every model."""
+    cfg = KernelConfig("sm100", "gemm2", 256, 128, 128, 0)
+    texts = {render.gemm_source(load_model(m), cfg) for m in MODELS}
+    assert len(texts) == 1
+    text = texts.pop()
+    assert "GroupedGemm<256, 128, 128>" in text and "moegen_sm100_gemm2_m256n128k128s0_launch" in text

@@ -43,7 +43,7 @@ def _layer(variant):
         _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
     if variant not in _weights:
         _weights.clear()  # one model's weights on the GPU at a time
-        _weights[variant] = random_weights(_layers[variant].spec, "cuda", _SEED)
+        _weights[variant] = random_weights(_layers[variant].spec, "cuda", _SEED, _layers[variant].weight_layout)
     return _layers[variant], _weights[variant]
 
 

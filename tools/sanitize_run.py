@@ -13,7 +13,7 @@ from moegen.testing import random_inputs, random_weights
 
 layer = load(sys.argv[1])
 spec = layer.spec
-w = random_weights(spec, "cuda", 1)
+w = random_weights(spec, "cuda", 1, layer.weight_layout)
 g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
 g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
 for T in (3, 32, 1024):

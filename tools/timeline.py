@@ -20,7 +20,7 @@ model = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2].split(",")]
 spec = load_model(model)
 layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / spec.variant / "sm90", spec=spec)
-w = random_weights(spec, "cuda", 1)
+w = random_weights(spec, "cuda", 1, layer.weight_layout)
 REPS = 20
 
 

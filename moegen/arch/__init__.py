@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .base import ArchPolicy, Rule
 from .sm90 import SM90
+from .sm100 import SM100
 
-ARCHS: dict[str, ArchPolicy] = {SM90.name: SM90}
+ARCHS: dict[str, ArchPolicy] = {SM90.name: SM90, SM100.name: SM100}
 
 
 def get_arch(name: str) -> ArchPolicy:

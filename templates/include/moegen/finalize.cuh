@@ -36,3 +36,38 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
 }
 
 }  // namespace moegen
+
+namespace moegen {
+
+// out[t, :] = sum over the token's local slots of routing weight x (GEMM2 row + its expert's bias), in
+// fp32: for archs whose GEMM2 writes plain rows (SM100).
+template <class P>
+__global__ void finalize_weighted_kernel(int num_tokens, const int32_t* __restrict__ token_row,
+                                         const int32_t* __restrict__ local_expert,
+                                         const float* __restrict__ row_weight, const __nv_bfloat16* __restrict__ y,
+                                         const float* __restrict__ bias, __nv_bfloat16* __restrict__ out) {
+  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;
+  pdl_wait();
+  const long idx = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= long(num_tokens) * PER_ROW) return;
+  const int t = int(idx / PER_ROW), c = int(idx % PER_ROW) * VEC;
+  float acc[VEC] = {};
+#pragma unroll
+  for (int k = 0; k < P::kTopK; ++k) {
+    const int row = token_row[t * P::kTopK + k];
+    if (row < 0) continue;
+    const float w = row_weight[row];
+    const uint4 v = *reinterpret_cast<const uint4*>(y + size_t(row) * H + c);
+    const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&v);
+    const float* bias_row = P::kBias2 ? bias + size_t(local_expert[t * P::kTopK + k]) * H + c : nullptr;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) acc[j] += w * (__bfloat162float(b[j]) + (P::kBias2 ? bias_row[j] : 0.f));
+  }
+  uint4 o;
+  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(acc[j]);
+  *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
+}
+
+}  // namespace moegen

@@ -1,0 +1,120 @@
+// MXFP8 quantization of activations (e4m3 values, one e8m0 scale per 32 along K), arch-neutral: the
+// SM100 layer quantizes the gathered hidden states before GEMM1 and the SwiGLU output before GEMM2
+// with it, and the H200 tests it bit for bit against moegen.mxfp8.
+//
+// Shared exponent: the smallest e with amax <= 448 * 2^e (no element saturates): amax = m * 2^e0,
+// m in [1, 2): e = e0 - 8, plus one when m > 1.75; an all-zero block gets e = -127 (byte 0).
+// Elements: x * 2^-e rounded to nearest even e4m3 (saturating, which the exponent makes moot).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "moegen/common.cuh"
+
+namespace moegen {
+
+constexpr int kMxBlock = 32;
+
+// The block's exponent from its largest magnitude (every lane passes the same amax).
+__device__ __forceinline__ int mxfp8_exponent(float amax) {
+  if (!(amax > 0.f)) return -127;
+  int e0;
+  const float m = 2.f * frexpf(amax, &e0);  // amax = m * 2^(e0 - 1), m in [1, 2)
+  const int e = (e0 - 1) - 8 + (m > 1.75f ? 1 : 0);
+  return e < -127 ? -127 : (e > 127 ? 127 : e);
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float x, int e) {
+  return uint8_t(__nv_cvt_float_to_fp8(ldexpf(x, -e), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Lane l of a full warp holds element l of one 32-element block: its e4m3 byte; *scale gets the
+// block's e8m0 byte (in every lane).
+__device__ __forceinline__ uint8_t quantize_mxfp8_lane(float x, uint8_t* scale) {
+  float amax = fabsf(x);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const int e = mxfp8_exponent(amax);
+  *scale = uint8_t(e + 127);
+  return to_e4m3(x, e);
+}
+
+// Byte offset of the scale of row r, K-block kb in CUTLASS's SM100 block-scaled layout for an
+// operand of K columns (moegen.layout.sf_offset).
+__device__ __forceinline__ long sf_offset(int r, int kb, int k) {
+  const int k_chunks = (k / kMxBlock + 3) / 4;
+  return long(r / 128) * k_chunks * 512 + (kb / 4) * 512 + (r % 32) * 16 + ((r / 32) % 4) * 4 + kb % 4;
+}
+
+}  // namespace moegen
+
+namespace moegen {
+
+// Quantizes the rows of an expert-ordered activation matrix for a block-scaled grouped GEMM: values
+// q [rows, k_pad] (e4m3 bytes), scales of expert e at sf + sf_rows[e] * (k_pad / 32) in the
+// block-scaled layout over its rows padded to 128; the padding rows' scales get byte 0 (the GEMM
+// reads whole 128-row chunks).  Source: value(row, expert, column) (0 past the real K).  One warp
+// per (padded row, K-block); sf_rows[kGroups] padded rows in all.
+template <class Source, int kGroups>
+__global__ void __launch_bounds__(256) quantize_rows_kernel(Source src, const int32_t* __restrict__ offsets,
+                                                           const int32_t* __restrict__ sf_rows, int k_pad,
+                                                           uint8_t* __restrict__ q, uint8_t* __restrict__ sf) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int kbs = k_pad / kMxBlock;
+  const long items = long(sf_rows[kGroups]) * kbs;
+  const long warps = long(gridDim.x) * (blockDim.x / kWarpSize);
+  for (long item = long(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize; item < items;
+       item += warps) {
+    const int p = int(item / kbs), kb = int(item % kbs);
+    int lo = 0, hi = kGroups;  // the expert whose padded rows hold p: sf_rows[lo] <= p < sf_rows[lo + 1]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (sf_rows[mid] <= p) lo = mid; else hi = mid;
+    }
+    const int e = lo, j = p - sf_rows[e], count = offsets[e + 1] - offsets[e];
+    uint8_t* scale = sf + long(sf_rows[e]) * kbs + sf_offset(j, kb, k_pad);
+    if (j < count) {
+      const int r = offsets[e] + j;
+      uint8_t s;
+      q[long(r) * k_pad + kb * kMxBlock + lane] = quantize_mxfp8_lane(src(r, e, kb * kMxBlock + lane), &s);
+      if (lane == 0) *scale = s;
+    } else if (lane == 0) {
+      *scale = 0;
+    }
+  }
+}
+
+// sf_rows[e] = sum over experts before e of their rows rounded up to 128 (sf_rows[kGroups]: all),
+// from the expert-order offsets.  One warp.
+template <int kGroups>
+__global__ void sf_rows_kernel(const int32_t* __restrict__ offsets, int32_t* __restrict__ sf_rows) {
+  const int lane = threadIdx.x;
+  int carry = 0;
+  for (int base = 0; base < kGroups; base += kWarpSize) {
+    const int e = base + lane;
+    const int count = e < kGroups ? offsets[e + 1] - offsets[e] : 0;
+    int incl = (count + 127) / 128 * 128;
+#pragma unroll
+    for (int off = 1; off < kWarpSize; off <<= 1) {
+      const int x = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += x;
+    }
+    const int padded = (count + 127) / 128 * 128;
+    if (e < kGroups) sf_rows[e] = carry + incl - padded;
+    carry += __shfl_sync(0xffffffffu, incl, kWarpSize - 1);
+  }
+  if (lane == 0) sf_rows[kGroups] = carry;
+}
+
+// Rows gathered from token-order hidden states (GEMM1's activations).
+struct GatherRows {
+  const __nv_bfloat16* hidden;  // [T, k]
+  const int32_t* row_token;     // expert-order row -> token
+  int k;
+  __device__ float operator()(int r, int /*expert*/, int c) const {
+    return c < k ? __bfloat162float(hidden[long(row_token[r]) * k + c]) : 0.f;
+  }
+};
+
+}  // namespace moegen

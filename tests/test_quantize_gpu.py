@@ -1,0 +1,74 @@
+"""The SM100 layer's MXFP8 quantizer (arch-neutral CUDA, moegen/quantize.cuh) on the local GPU,
+bit for bit against moegen.mxfp8, with the per-expert block-scaled scale layout the SM100 GEMMs
+read (marker gpu; the quantizer runs on any GPU, so the H200 tests it)."""
+import ctypes
+import os
+import random
+import subprocess
+
+import pytest
+import torch
+
+from moegen.layout import sf_offset
+from moegen.mxfp8 import quantize_mxfp8
+from moegen.render import INCLUDE_DIR
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+HARNESS = os.path.join(os.path.dirname(__file__), "helpers", "quantize_harness.cu")
+SEED = int(os.environ.get("MOEGEN_TEST_SEED", random.randrange(1 << 30)))
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    from moegen.build import find_toolchain
+    tc = find_toolchain()
+    major, minor = torch.cuda.get_device_capability()
+    lib = tmp_path_factory.mktemp("harness") / "quantize_harness.so"
+    run = subprocess.run([tc.nvcc, "-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC", f"-arch=sm_{major}{minor}",
+                          f"-I{INCLUDE_DIR}", *(f"-L{d}" for d in tc.lib_dirs), HARNESS, "-o", str(lib)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    dll = ctypes.CDLL(str(lib))
+    dll.moegen_test_quantize.restype = ctypes.c_int
+    return dll
+
+
+@pytest.mark.parametrize("k", [256, 2880, 2048])
+def test_quantizer_matches_python_bit_for_bit(harness, k):
+    print(f"seed {SEED}")
+    g = torch.Generator().manual_seed(SEED + k)
+    counts = torch.tensor([0, 5, 130, 1, 0, 257, 33, 2])  # empty experts, one past 128, one past 256
+    rows = int(counts.sum())
+    offsets = torch.cat((torch.zeros(1, dtype=torch.int64), counts.cumsum(0))).to(torch.int32)
+    x = torch.randn(rows, k, generator=g) * torch.exp2(torch.randint(-20, 20, (rows, 1), generator=g).float())
+    x[0, :32] = 0  # an all-zero block
+    x[1, 32:64] = torch.tensor([448.0 * 1.8] + [1.0] * 31)  # m > 1.75: the exponent steps up
+    x = x.to(torch.bfloat16)
+    k_pad = -(-k // 128) * 128
+    kbs = k_pad // 32
+    padded = int(((counts + 127) // 128 * 128).sum())
+    q = torch.full((rows, k_pad), 0xAA, dtype=torch.uint8, device="cuda")
+    sf = torch.full((padded * kbs,), 0xAA, dtype=torch.uint8, device="cuda")
+    sf_rows = torch.full((9,), -1, dtype=torch.int32, device="cuda")
+    xd, off = x.cuda(), offsets.cuda()
+    rc = harness.moegen_test_quantize(ctypes.c_void_p(xd.data_ptr()), rows, k, k_pad, ctypes.c_void_p(off.data_ptr()),
+                                      ctypes.c_void_p(sf_rows.data_ptr()), ctypes.c_void_p(q.data_ptr()),
+                                      ctypes.c_void_p(sf.data_ptr()))
+    assert rc == 0
+    want_q, want_s = quantize_mxfp8(torch.nn.functional.pad(x.float(), (0, k_pad - k)))
+    assert torch.equal(q.cpu(), want_q.view(torch.uint8))
+    padded_counts = (counts + 127) // 128 * 128
+    want_rows = torch.cat((torch.zeros(1, dtype=torch.int64), padded_counts.cumsum(0))).to(torch.int32)
+    assert torch.equal(sf_rows.cpu(), want_rows)
+    sf = sf.cpu()
+    for e in range(8):
+        base = int(want_rows[e]) * kbs
+        for j in range(int(padded_counts[e])):
+            r = int(offsets[e]) + j
+            for kb in range(kbs):
+                want = int(want_s[r, kb]) if j < int(counts[e]) else 0
+                assert int(sf[base + sf_offset(j, kb, k_pad)]) == want, (e, j, kb)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from .naming import KernelConfig, parse_kernel_name
@@ -140,7 +140,7 @@ def find_dispatch(arch: str, gpu: GpuInfo, problem: ProblemKey, kernel_names: li
             table = read_table(path)
             dispatch = Dispatch(table, kernel_names, str(path))
         except DispatchError as e:
-            notes.append(f"{path if str(path) not in str(e) else ''} {e}".strip())
+            notes.append(str(e) if str(path) in str(e) else f"{path}: {e}")
             continue
         if i >= len(exact):
             notes.append(f"no dispatch table for {gpu.name} ({gpu.sm_count} SMs) and problem {problem.slug}; using "
@@ -179,6 +179,3 @@ def warn_once(message: str) -> None:
         _warned.add(message)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
-
-def gpu_as_dict(gpu: GpuInfo) -> dict:
-    return asdict(gpu)

@@ -2,7 +2,6 @@
 
 One module-scoped build (~1 min on 2 cores) serves every test here but the compile-failure one.
 """
-import ctypes
 import json
 import re
 import shutil

@@ -1,6 +1,5 @@
 """The SM100 weight layout against CUTLASS's own layout function, compiled for the host (marker nvcc):
 every scale of an operand lands where the tensor cores will read it."""
-import shutil
 import subprocess
 from pathlib import Path
 

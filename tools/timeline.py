@@ -1,8 +1,9 @@
 """Per-kernel time of the layer under CUDA-graph replay (torch.profiler / CUPTI, kernels not
 serialized, unlike ncu): where a layer call's microseconds go, gaps included.
 
-    python3 tools/timeline.py deepseek-v4-flash 1,64,1024 [build-dir]
-The build dir defaults to generated/<model>/sm90.
+    python3 tools/timeline.py deepseek-v4-flash 1,64,1024 [build-dir] [picks]
+The build dir defaults to generated/<model>/sm90.  picks (optional) fixes the kernels per T instead of
+the dispatch: "1=m64n8k128s6+m64n8k128s6,1024=m128n64k64s6+m128n64k64s6" (gemm1 tile + gemm2 tile).
 """
 import collections
 import sys
@@ -19,8 +20,15 @@ from moegen.testing import random_inputs, random_weights
 model = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2].split(",")]
 spec = load_model(model)
-layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else DEFAULT_OUT / spec.variant / "sm90", spec=spec)
 w = random_weights(spec, "cuda", 1, layer.weight_layout)
+names = [k.name for k in layer.kernels]
+picks = {}
+for item in (sys.argv[4].split(",") if len(sys.argv) > 4 else []):
+    t, pair = item.split("=")
+    g1, g2 = pair.split("+")
+    arch = layer.manifest.arch
+    picks[int(t)] = (names.index(f"moegen_{arch}_gemm1_{g1}"), names.index(f"moegen_{arch}_gemm2_{g2}"))
 REPS = 20
 
 
@@ -35,7 +43,8 @@ def short(name: str) -> str:
 
 for T in tokens:
     x = random_inputs(spec, T, "cuda", 2)
-    run = lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias)  # noqa: E731
+    kernels = picks.get(T, layer.choose_kernels(T))
+    run = lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)  # noqa: E731
     run()
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
@@ -65,7 +74,7 @@ for T in tokens:
         for e in c:
             per[short(e.name)].append((e.time_range.start - t0, e.time_range.end - t0))
     span = sorted(spans)[len(spans) // 2]
-    print(f"T={T} kernels={[layer.kernels[i].name for i in layer.choose_kernels(T)]} span median {span:.1f} us")
+    print(f"T={T} kernels={[layer.kernels[i].name for i in kernels]} span median {span:.1f} us")
     for k, v in per.items():  # median start / end within the call: PDL overlap shows as start < previous end
         st = sorted(a for a, _ in v)[len(v) // 2]
         en = sorted(b for _, b in v)[len(v) // 2]

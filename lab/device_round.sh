@@ -10,7 +10,8 @@
 # SPLIT: moegen options with '+' for spaces (--tp+2, --ep-size+8+--ep-rank+0).  BUCKETS, BENCH_TOKENS override.
 set -uo pipefail
 OUT=$1; shift
-mkdir -p "$OUT/r"
+R=/tmp/device_round  # packed into $OUT/results.tgz after every step: a run cut short still returns its steps
+rm -rf "$R" && mkdir -p "$R"
 status=0
 M="python3 -m moegen"
 for step in "$@"; do
@@ -22,30 +23,30 @@ for step in "$@"; do
   case $what in
     tune)
       $M tune --model "$model" $split --kernels "$kernels" --no-build --tolerance 0 ${BUCKETS:+--buckets $BUCKETS} \
-        > "$OUT/r/tune-$tag.log" 2>&1 || { status=1; tail -5 "$OUT/r/tune-$tag.log"; continue; }
-      raw=$(tail -1 "$OUT/r/tune-$tag.log"); cp "$raw" "$OUT/r/raw-$tag.json"
-      grep -E "timings in|T=" "$OUT/r/tune-$tag.log" | tail -16
-      shipped=$(python3 lab/compact_table.py "$raw" configs/dispatch 2>> "$OUT/r/tune-$tag.log") || status=1
-      tail -1 "$OUT/r/tune-$tag.log"; cp "$shipped" "$OUT/r/shipped-$tag.json";;
+        > "$R/tune-$tag.log" 2>&1 || { status=1; tail -5 "$R/tune-$tag.log"; continue; }
+      raw=$(tail -1 "$R/tune-$tag.log"); cp "$raw" "$R/raw-$tag.json"
+      grep -E "timings in|T=" "$R/tune-$tag.log" | tail -16
+      shipped=$(python3 lab/compact_table.py "$raw" configs/dispatch 2>> "$R/tune-$tag.log") || status=1
+      tail -1 "$R/tune-$tag.log"; cp "$shipped" "$R/shipped-$tag.json";;
     bench)
       $M build --model "$model" $split --arch sm90 --out generated/_default --objects generated/.objects \
-        > "$OUT/r/build-$tag.log" 2>&1 || { status=1; tail -5 "$OUT/r/build-$tag.log"; continue; }
-      variant=$(tail -1 "$OUT/r/build-$tag.log" | xargs dirname | xargs basename)
+        > "$R/build-$tag.log" 2>&1 || { status=1; tail -5 "$R/build-$tag.log"; continue; }
+      variant=$(tail -1 "$R/build-$tag.log" | xargs dirname | xargs basename)
       $M bench --model "$model" $split --out generated/_default --compare "tuned=generated/$variant/sm90" \
-        --tokens "${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384}" --json "$OUT/r/bench-$tag.json" \
-        > "$OUT/r/bench-$tag.md" 2> "$OUT/r/bench-$tag.log" || status=1
-      cat "$OUT/r/bench-$tag.md"; tail -2 "$OUT/r/bench-$tag.log";;
+        --tokens "${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384}" --json "$R/bench-$tag.json" \
+        > "$R/bench-$tag.md" 2> "$R/bench-$tag.log" || status=1
+      cat "$R/bench-$tag.md"; tail -2 "$R/bench-$tag.log";;
     tests)
-      python3 -m pytest -m gpu tests/test_gpu_layer.py -q -s ${model:+-k "$model"} > "$OUT/r/pytest.log" 2>&1 || status=1
-      grep -E "seed|passed|failed|FAILED|Error" "$OUT/r/pytest.log" | tail -12;;
+      python3 -m pytest -m gpu tests/test_gpu_layer.py -q -s ${model:+-k "$model"} > "$R/pytest.log" 2>&1 || status=1
+      grep -E "seed|passed|failed|FAILED|Error" "$R/pytest.log" | tail -12;;
     sanitizer)
       compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_run.py \
-        "generated/_default/${model:-deepseek-v4-flash}/sm90" > "$OUT/r/sanitizer.log" 2>&1 || status=1
-      tail -2 "$OUT/r/sanitizer.log";;
+        "generated/_default/${model:-deepseek-v4-flash}/sm90" > "$R/sanitizer.log" 2>&1 || status=1
+      tail -2 "$R/sanitizer.log";;
     sass)
-      $M sass --model "${model:-deepseek-v4-flash}" --out generated/_default > "$OUT/r/sass-$tag.txt" 2>&1 || status=1
-      grep -E "FAILED|serialized|OK" "$OUT/r/sass-$tag.txt" | tail -8;;
+      $M sass --model "${model:-deepseek-v4-flash}" --out generated/_default > "$R/sass-$tag.txt" 2>&1 || status=1
+      grep -E "FAILED|serialized|OK" "$R/sass-$tag.txt" | tail -8;;
   esac
+  tar czf "$OUT/results.tgz" -C "$R" .
 done
-tar czf "$OUT/results.tgz" -C "$OUT" r && rm -rf "$OUT/r"
 echo "device_round status $status"

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 rm -rf .carry && mkdir -p .carry/whl
 roots=("$@"); [ ${#roots[@]} -gt 0 ] || roots=(generated)
 find "${roots[@]}" \( -name manifest.json -o -name 'libmoegen-*.so' -o -path '*/dispatch/*.json' \
-  -o -path '*/.objects/*' \) -type f -print0 | tar cf - --null -T - | xz -T2 -6 > .carry/generated.tar.xz
+  -o -path '*/.objects/*' \) -type f ! -name '.*' -print0 | tar cf - --null -T - | xz -T2 -6 > .carry/generated.tar.xz
 if ! ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 -d .whl nvidia-cutlass==4.2.0.0

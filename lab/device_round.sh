@@ -7,13 +7,14 @@
 #       bench:MODEL[:SPLIT]          moegen build (default kernels) into generated/_default, then moegen bench
 #                                    of it against the tuned build in generated/, one run
 #       tests[:K]  sanitizer[:MODEL]  sass[:MODEL]
-# SPLIT: moegen options with '+' for spaces (--tp+2, --ep-size+8+--ep-rank+0).  BUCKETS, BENCH_TOKENS override.
+# SPLIT: moegen options with '+' for spaces (--tp+2, --ep-size+8+--ep-rank+0).  BUCKETS, BENCH_TOKENS,
+# TUNE_OPTS (extra moegen tune options), STEP_SECONDS (each step's time limit, default 300) override.
 set -uo pipefail
 OUT=$1; shift
 R=/tmp/device_round  # packed into $OUT/results.tgz after every step: a run cut short still returns its steps
 rm -rf "$R" && mkdir -p "$R"
 status=0
-M="python3 -m moegen"
+M="timeout -k 5 ${STEP_SECONDS:-300} python3 -m moegen"  # the step's own process: no orphan outlives it
 for step in "$@"; do
   IFS=: read -r what model kernels split <<< "$step"
   [ "$what" = bench ] && { split=$kernels; kernels=; }
@@ -22,11 +23,13 @@ for step in "$@"; do
   echo "== $step $(date +%T)"
   case $what in
     tune)
-      $M tune --model "$model" $split --kernels "$kernels" --no-build --tolerance 0 ${BUCKETS:+--buckets $BUCKETS} \
-        > "$R/tune-$tag.log" 2>&1 || { status=1; tail -5 "$R/tune-$tag.log"; continue; }
-      raw=$(tail -1 "$R/tune-$tag.log"); cp "$raw" "$R/raw-$tag.json"
-      grep -E "timings in|T=" "$R/tune-$tag.log" | tail -16
-      shipped=$(python3 lab/compact_table.py "$raw" configs/dispatch 2>> "$R/tune-$tag.log") || status=1
+      $M tune --model "$model" $split --kernels "$kernels" --no-build --tolerance 0 ${BUCKETS:+--buckets $BUCKETS} ${TUNE_OPTS:-} \
+        > "$R/tune-$tag.log" 2>&1 || status=1  # cut short, it keeps the buckets it finished
+      grep -E "timings in|T=|Error" "$R/tune-$tag.log" | tail -17
+      raw=$(ls -t generated/dispatch/sm90/*/*.json 2>/dev/null | head -1)
+      [ -n "$raw" ] || continue
+      cp "$raw" "$R/raw-$tag.json"
+      shipped=$(python3 lab/compact_table.py "$raw" configs/dispatch 2>> "$R/tune-$tag.log") || { status=1; continue; }
       tail -1 "$R/tune-$tag.log"; cp "$shipped" "$R/shipped-$tag.json";;
     bench)
       $M build --model "$model" $split --arch sm90 --out generated/_default --objects generated/.objects \
@@ -37,10 +40,11 @@ for step in "$@"; do
         > "$R/bench-$tag.md" 2> "$R/bench-$tag.log" || status=1
       cat "$R/bench-$tag.md"; tail -2 "$R/bench-$tag.log";;
     tests)
-      python3 -m pytest -m gpu tests/test_gpu_layer.py -q -s ${model:+-k "$model"} > "$R/pytest.log" 2>&1 || status=1
+      timeout -k 5 ${STEP_SECONDS:-300} python3 -m pytest -m gpu tests/test_gpu_layer.py -q -s ${model:+-k "$model"} \
+        > "$R/pytest.log" 2>&1 || status=1
       grep -E "seed|passed|failed|FAILED|Error" "$R/pytest.log" | tail -12;;
     sanitizer)
-      compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_run.py \
+      timeout -k 5 ${STEP_SECONDS:-300} compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_run.py \
         "generated/_default/${model:-deepseek-v4-flash}/sm90" > "$R/sanitizer.log" 2>&1 || status=1
       tail -2 "$R/sanitizer.log";;
     sass)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .gpu_monitor import GpuMonitor
-from .profiler import capture, replay_back_to_back, warm_up
+from .profiler import capture, replay_back_to_back, timing_pool, warm_up
 from .runtime import MoeLayer
 from .spec import ModelSpec
 from .testing import Weights, random_inputs, random_weights
@@ -104,7 +104,7 @@ def input_sets(layer: MoeLayer, w: Weights, T: int, kernels: tuple[int, int], ro
         ids = res.topk_ids.long()
         local = ids[(ids >= spec.expert_begin) & (ids < spec.expert_begin + spec.local_experts)]
         hit.append(local.unique().numel())
-        graphs.append(capture(layer, w, x, kernels))
+        graphs.append(capture(layer, w, x, kernels, timing_pool()))
         inputs.append(x)
     torch.cuda.synchronize()
     return _InputSets(graphs, inputs, statistics.mean(hit))

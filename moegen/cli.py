@@ -133,11 +133,15 @@ def list_models() -> None:
               help="per bucket, back-to-back replays before timing: the clock and power the GPU serves at")
 @click.option("--min-seconds", type=click.FloatRange(min=0), default=0.1, show_default=True,
               help="each candidate's back-to-back replays last at least this long")
+@click.option("--reps", type=click.IntRange(min=1), default=6, show_default=True,
+              help="each candidate's replay rounds over its input sets, at least")
+@click.option("--rotations", type=click.IntRange(min=1), default=4, show_default=True,
+              help="input sets per bucket (different tokens, so different experts)")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes for the build")
 @_out_option
 @_one_line_errors
 def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tolerance, table_root, warm_seconds,
-         min_seconds, jobs, out_root) -> None:
+         min_seconds, reps, rotations, jobs, out_root) -> None:
     """Time the kernels per token-count bucket on this GPU; write its dispatch table."""
     import torch
 
@@ -153,7 +157,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
                                    "tunes for (build with `moegen build --kernels all` anywhere)")
     path = tune_model(spec, arch, out_root, bucket_list, configs, build_first=not no_build, jobs=jobs,
                       tolerance=tolerance, table_root=table_root, log=lambda m: click.echo(m, err=True),
-                      min_seconds=min_seconds, warm_seconds=warm_seconds)
+                      min_seconds=min_seconds, warm_seconds=warm_seconds, reps=reps, rotations=rotations)
     click.echo(str(path))
 
 

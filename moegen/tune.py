@@ -78,7 +78,8 @@ def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], 
 
 
 def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buckets=BUCKETS,
-           log: Callable[[str], None] = print) -> tuple[dict[int, tuple[int, int, float]], list[Measurement]]:
+           log: Callable[[str], None] = print, on_bucket: Callable | None = None
+           ) -> tuple[dict[int, tuple[int, int, float]], list[Measurement]]:
     """Per bucket: coordinate search (best GEMM1 with the fallback GEMM2, then best GEMM2 with it),
     then a confirmation round over the best CONFIRM_TOP of each, every pairing timed CONFIRM_ROUNDS
     more times, the lowest median pair winning (a pair failing any timing is out).
@@ -120,6 +121,8 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
         us, (g1, g2) = min(scored)
         choices[tokens] = (g1, g2, us)
         log(f"[{bi + 1}/{len(buckets)}] T={tokens}: {kernels[g1].name} + {kernels[g2].name}: {us:.1f} us")
+        if on_bucket is not None:
+            on_bucket(choices, measurements)
     return choices, measurements
 
 
@@ -210,7 +213,7 @@ def save_table(root: Path, table: dict) -> Path:
 def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kernels: list[KernelConfig] | None = None,
                build_first: bool = True, jobs: int | None = None, tolerance: float = 0.01,
                table_root: Path | None = None, log: Callable[[str], None] = print,
-               min_seconds: float = 0.1, warm_seconds: float = 1.0) -> Path:
+               min_seconds: float = 0.1, warm_seconds: float = 1.0, reps: int = 6, rotations: int = 4) -> Path:
     """Build the kernels (the whole space by default), time them on this GPU, write the user table
     (`<out>/dispatch/...`, or under table_root).  Needs a GPU; checks for one before building."""
     import torch
@@ -228,9 +231,18 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     layer = load(output_dir(spec, arch, out_root), spec=spec)
     log(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}, {len(buckets)} buckets")
     start = time.monotonic()
-    profiler = LayerProfiler(layer, min_seconds=min_seconds, warm_seconds=warm_seconds)
+    profiler = LayerProfiler(layer, min_seconds=min_seconds, warm_seconds=warm_seconds, reps=reps, rotations=rotations)
+    root = table_root or user_dir(out_root)
+    steady = dict(warm_seconds=warm_seconds, min_seconds=min_seconds, reps=reps, rotations=rotations)
+
+    def save_so_far(choices, measurements):  # a tune cut short keeps the buckets it finished
+        save_table(root, make_table(spec, arch, layer.gpu, layer.kernels, compact(layer.kernels, choices, measurements,
+                                                                                   tolerance), measurements,
+                                    tuned_with=dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__,
+                                                    partial=True)))
+
     try:
-        choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log)
+        choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log, on_bucket=save_so_far)
     finally:
         profiler.close()
     kept = compact(layer.kernels, choices, measurements, tolerance)
@@ -238,7 +250,5 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     log(f"{len(measurements)} timings in {time.monotonic() - start:.0f} s; compacted to {len(used)} kernels "
         f"(within {tolerance:.0%} per GEMM of each bucket's best)")
     table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements,
-                       tuned_with=dict(steady_state=dict(warm_seconds=profiler.warm_seconds,
-                                                         min_seconds=profiler.min_seconds, reps=profiler.reps),
-                                       tolerance=tolerance, torch=torch.__version__))
-    return save_table(table_root or user_dir(out_root), table)
+                       tuned_with=dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__))
+    return save_table(root, table)

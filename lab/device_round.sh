@@ -11,6 +11,7 @@
 # TUNE_OPTS (extra moegen tune options), STEP_SECONDS (each step's time limit, default 300) override.
 set -uo pipefail
 OUT=$1; shift
+mkdir -p "$OUT"
 R=/tmp/device_round  # packed into $OUT/results.tgz after every step: a run cut short still returns its steps
 rm -rf "$R" && mkdir -p "$R"
 status=0

@@ -214,7 +214,7 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root
     check_plan_inputs(spec, arch, configs)
     policy = get_arch(arch)
     out_dir = output_dir(spec, arch, out_root)
-    store = Path(store) if store is not None else out_root / OBJECT_STORE
+    store = Path(store).absolute() if store is not None else out_root / OBJECT_STORE
     cutlass_digest = cutlass_digest or _cached_tree_digest(toolchain.cutlass_include)
     generator = generator or generator_digest()
     flags = (*BASE_FLAGS, policy.gencode)
@@ -446,7 +446,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
 
 def _compile_one(plan: BuildPlan, step: CompileStep):
     out, store = plan.out_dir, plan.store
-    tmp = store / _tmp_name(step.obj)
+    tmp = (store / _tmp_name(step.obj)).absolute()  # nvcc runs in the build directory
     t0 = time.monotonic()
     try:
         proc = subprocess.run([*step.command, "-o", str(tmp)], cwd=out, capture_output=True, text=True,

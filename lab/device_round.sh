@@ -37,7 +37,7 @@ for step in "$@"; do
         > "$R/build-$tag.log" 2>&1 || { status=1; tail -5 "$R/build-$tag.log"; continue; }
       variant=$(tail -1 "$R/build-$tag.log" | xargs dirname | xargs basename)
       $M bench --model "$model" $split --out generated/_default --compare "tuned=generated/$variant/sm90" \
-        --tokens "${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384}" --json "$R/bench-$tag.json" \
+        --tokens "${BENCH_TOKENS:-1,4,16,64,256,1024,4096,16384}" --reps 10 --json "$R/bench-$tag.json" \
         > "$R/bench-$tag.md" 2> "$R/bench-$tag.log" || status=1
       cat "$R/bench-$tag.md"; tail -2 "$R/bench-$tag.log";;
     tests)

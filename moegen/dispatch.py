@@ -57,7 +57,9 @@ def user_dir(out_root: Path) -> Path:
 
 
 class Dispatch:
-    """Bucket lookup: the table's choice for the smallest bucket >= T (the largest beyond it)."""
+    """Bucket lookup: the table's choice for the smallest bucket >= T, the largest bucket's beyond it.
+    A partial table (a tune cut short: ``tuned_with.partial``) answers None beyond its last bucket,
+    where nothing was measured; the caller uses the heuristic there."""
 
     def __init__(self, table: dict, kernel_names: list[str], source: str):
         rows = sorted(table["buckets"], key=lambda b: b["tokens"])
@@ -71,12 +73,17 @@ class Dispatch:
         self.source = source
         self.tokens = [b["tokens"] for b in rows]
         self.picks = [(index[b["gemm1"]], index[b["gemm2"]]) for b in rows]
+        self.partial = is_partial(table)
 
-    def choose(self, tokens: int) -> tuple[int, int]:
+    def choose(self, tokens: int) -> tuple[int, int] | None:
         for t, pick in zip(self.tokens, self.picks):
             if tokens <= t:
                 return pick
-        return self.picks[-1]
+        return None if self.partial else self.picks[-1]
+
+
+def is_partial(table: dict) -> bool:
+    return bool(table.get("tuned_with", {}).get("partial", False))
 
 
 def read_table(path: Path) -> dict:
@@ -110,13 +117,16 @@ def shipped_tables(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> 
     return sorted((Path(root) / arch).glob(f"*/{problem.slug}.json"))
 
 
-def table_kernels(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> list[KernelConfig]:
-    """The kernels the shipped tables for this problem pick (the default build), sorted, unique."""
-    names = set()
+def table_kernels(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> tuple[list[KernelConfig], bool]:
+    """The kernels the shipped tables for this problem pick (the default build), sorted, unique, and
+    whether any of those tables is partial (its build then also needs the heuristic's kernels)."""
+    names, partial = set(), False
     for path in shipped_tables(arch, problem, root):
-        for b in read_table(path)["buckets"]:
+        table = read_table(path)
+        partial = partial or is_partial(table)
+        for b in table["buckets"]:
             names.update((b["gemm1"], b["gemm2"]))
-    return sorted(parse_kernel_name(n) for n in names)
+    return sorted(parse_kernel_name(n) for n in names), partial
 
 
 def _versions_note(path: Path, table: dict, gpu: GpuInfo) -> str:

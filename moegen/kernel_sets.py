@@ -1,5 +1,6 @@
 """Which kernels a build compiles: 'default' (the shipped dispatch tables' picks for this problem on
-any GPU of the arch, or the arch's fallback kernels when no table covers it), 'all' (the arch's
+any GPU of the arch; the arch's fallback kernels when no table covers it, and added to the picks
+when a table is partial, for the token counts beyond its last bucket), 'all' (the arch's
 whole config space, for tuning), 'shortlist' (the arch's tiles worth timing first: a quicker tune)
 or a comma-separated list of canonical names."""
 from __future__ import annotations
@@ -12,8 +13,11 @@ from .spec import ModelSpec
 
 
 def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
-    picked = table_kernels(arch, ProblemKey.of(spec), shipped_root)
-    return picked or get_arch(arch).fallback_configs(spec)
+    picked, partial = table_kernels(arch, ProblemKey.of(spec), shipped_root)
+    fallback = get_arch(arch).fallback_configs(spec)
+    if not picked:
+        return fallback
+    return sorted(set(picked) | set(fallback)) if partial else picked
 
 
 def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:

@@ -269,9 +269,8 @@ class MoeLayer:
     def choose_kernels(self, num_tokens: int) -> tuple[int, int]:
         """(gemm1, gemm2) kernel indices: from the dispatch table, else the documented heuristic
         (moegen.dispatch.heuristic_choice)."""
-        if self.dispatch is not None:
-            return self.dispatch.choose(num_tokens)
-        return heuristic_choice(self.kernels, self.spec, num_tokens)
+        pick = self.dispatch.choose(num_tokens) if self.dispatch is not None else None
+        return pick if pick is not None else heuristic_choice(self.kernels, self.spec, num_tokens)
 
     def _check_prepared(self, weights) -> None:
         if not isinstance(weights, PreparedWeights):

@@ -232,3 +232,28 @@ def test_heuristic_and_one_time_warning():
         dispatch.warn_once("no dispatch table for X")
         dispatch.warn_once("no dispatch table for X")
     assert len(seen) == 1 and "no dispatch table for X" in str(seen[0].message)
+
+
+def test_partial_table_leaves_token_counts_beyond_its_last_bucket_to_the_heuristic(tmp_path):
+    table, _, _ = _table(buckets=(1, 16))
+    table["tuned_with"]["partial"] = True
+    tune.save_table(tmp_path, table)
+    found, _ = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=tmp_path, shipped_root=tmp_path / "none")
+    assert found.choose(16) is not None and found.choose(17) is None
+    table["tuned_with"]["partial"] = False
+    tune.save_table(tmp_path, table)
+    found, _ = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=tmp_path, shipped_root=tmp_path / "none")
+    assert found.choose(17) == found.choose(16)
+
+
+def test_default_build_of_a_partial_table_adds_the_fallback_kernels(tmp_path):
+    from moegen.arch import get_arch
+    from moegen.kernel_sets import default_kernels
+    table, _, _ = _table(buckets=(1,))
+    picks = {table["buckets"][0]["gemm1"], table["buckets"][0]["gemm2"]}
+    tune.save_table(tmp_path, table)
+    assert {k.name for k in default_kernels(SPEC, "sm90", shipped_root=tmp_path)} == picks
+    table["tuned_with"]["partial"] = True
+    tune.save_table(tmp_path, table)
+    fallback = {k.name for k in get_arch("sm90").fallback_configs(SPEC)}
+    assert {k.name for k in default_kernels(SPEC, "sm90", shipped_root=tmp_path)} == picks | fallback

@@ -342,6 +342,9 @@ def _tmp_name(final: str) -> str:
 
 _PTXAS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+# A stack frame without spills is still local memory: an outlined call (its arguments and the
+# callee's arrays on the stack), or a dynamically indexed register array
+_STACK = re.compile(r"(\d+) bytes stack frame")
 # ptxas advisories C751x "wgmma.mma_async instructions are serialized" (each waits for the previous:
 # C7512 for lack of registers, C7513 for non-wgmma instructions writing wgmma inputs mid-pipeline),
 # a silent slowdown
@@ -352,6 +355,7 @@ def ptxas_resources(log: str) -> dict:
     regs = [int(x) for x in _PTXAS.findall(log)]
     spills = [int(a) + int(b) for a, b in _SPILL.findall(log)]
     return dict(max_registers=max(regs, default=0), spill_bytes=sum(spills),
+                stack_bytes=max((int(x) for x in _STACK.findall(log)), default=0),
                 wgmma_serialized=len(_WGMMA_SERIALIZED.findall(log)))
 
 
@@ -420,6 +424,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
                     res = ptxas_resources(text)
                     result.resources[step.name] = res
                     note = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
+                    note += f", {res['stack_bytes']} B STACK FRAME (local memory)" if res["stack_bytes"] else ""
                     note += ", WGMMA SERIALIZED (ptxas C751x)" if res["wgmma_serialized"] else ""
                     log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{note}")
                 else:

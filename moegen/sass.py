@@ -90,5 +90,8 @@ def audit_build(out_dir: Path) -> tuple[bool, str]:
         if res.get("spill_bytes"):
             lines.append(f"ptxas spilled {res['spill_bytes']} bytes in {kernel}")
             ok = False
+        if res.get("stack_bytes"):
+            lines.append(f"{kernel} has a {res['stack_bytes']}-byte stack frame (local memory)")
+            ok = False
     lines.append(f"{m.library_path}: {len(kernels)} kernels, {'OK' if ok else 'FAILED'}")
     return ok, "\n".join(lines)

@@ -239,10 +239,13 @@ SERIALIZED = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_asy
 
 
 def test_ptxas_resources():
-    assert ptxas_resources(PTXAS_LOG) == {"max_registers": 168, "spill_bytes": 40, "wgmma_serialized": 0}
+    assert ptxas_resources(PTXAS_LOG) == {"max_registers": 168, "spill_bytes": 40, "stack_bytes": 8,
+                                          "wgmma_serialized": 0}
+    outlined = PTXAS_LOG.replace("8 bytes stack frame, 12 bytes spill stores, 20", "544 bytes stack frame, 0 bytes spill stores, 0")
+    assert ptxas_resources(outlined)["stack_bytes"] == 544 and ptxas_resources(outlined)["spill_bytes"] == 8
     assert ptxas_resources(SERIALIZED + PTXAS_LOG)["wgmma_serialized"] == 1
     assert ptxas_resources(SERIALIZED.replace("C7513", "C7512") + PTXAS_LOG)["wgmma_serialized"] == 1
-    assert ptxas_resources("") == {"max_registers": 0, "spill_bytes": 0, "wgmma_serialized": 0}
+    assert ptxas_resources("") == {"max_registers": 0, "spill_bytes": 0, "stack_bytes": 0, "wgmma_serialized": 0}
 
 
 # --- execution with a fake nvcc ---------------------------------------------------------------------------

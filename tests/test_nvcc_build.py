@@ -133,6 +133,7 @@ def test_gemm_kernels_neither_spill_nor_serialize_wgmma(built):
         res = ptxas_resources(text)
         assert res["max_registers"] > 0
         assert res["spill_bytes"] == 0, text[-2000:]
+        assert res["stack_bytes"] == 0, text[-2000:]
         assert res["wgmma_serialized"] == 0, text[-2000:]
         assert built.manifest["resources"][name] == res
 

@@ -37,7 +37,7 @@ def test_manifest_says_what_the_kernels_consume(built):
     assert "-gencode=arch=compute_100a,code=sm_100a" in m["toolchain"]["flags"]
     for name in (c.name for c in CONFIGS):
         res = m["resources"][name]
-        assert res["max_registers"] > 0 and res["spill_bytes"] == 0, res
+        assert res["max_registers"] > 0 and res["spill_bytes"] == 0 and res["stack_bytes"] == 0, res
 
 
 def test_library_loads_and_its_abi_matches(built):

@@ -3,10 +3,26 @@
 // rebuilding them.
 #pragma once
 
+#include <utility>
+
 namespace moegen {
 
 enum ActivationKind { kSwiGLU = 0, kSwiGLUOai = 1 };
 
 constexpr int kWarpSize = 32;
+
+// f(std::integral_constant<int, U>{}) for U in 0..N-1, inlined.  Unlike cute::for_each, whose fold
+// lambda ptxas may outline once the body is large (a stack frame, accumulators through local
+// memory: 544 bytes at m64n128k64s8).  Pass lambdas marked MOEGEN_INLINE for the same reason.
+template <class F, int... U>
+__device__ __forceinline__ void static_for(F&& f, std::integer_sequence<int, U...>) {
+  (f(std::integral_constant<int, U>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for(f, std::make_integer_sequence<int, N>{});
+}
+
+#define MOEGEN_INLINE __attribute__((always_inline))
 
 }  // namespace moegen

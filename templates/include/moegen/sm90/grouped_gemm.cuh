@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moegen/common.cuh"
 #include "moegen/gemm_params.cuh"
 #include "moegen/pdl.cuh"
 #include "moegen/sm90/epilogue.cuh"
@@ -259,7 +260,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
 
   // Widen one K tile of this warpgroup's weights (slice r of its R) from smem into an A fragment.
-  auto convert = [&](auto& frag, int slot, int r) {
+  auto convert = [&](auto& frag, int slot, int r) MOEGEN_INLINE {
     uint32_t* regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(frag.data()));
     const int slice = wg * R + r;
     CUTE_UNROLL
@@ -293,7 +294,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   const uint32_t desc_hi = uint32_t(desc00 >> 32);
   const uint32_t desc_lo = (uint32_t(desc00) & ~0x3FFFu) |
                            (((smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, b))) >> 4) & 0x3FFFu);
-  auto mma_tile = [&](Frags& frags, auto slot, uint32_t desc_lo) {
+  auto mma_tile = [&](Frags& frags, auto slot, uint32_t desc_lo) MOEGEN_INLINE {
     FragA* frag = frags.f;
     CUTE_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -318,7 +319,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
 
   // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
   // kt-1's slot goes back to the producer once that wgmma retired.
-  auto step = [&](Frags& frags, int kt, auto slot, uint32_t phase, uint32_t desc_lo) {
+  auto step = [&](Frags& frags, int kt, auto slot, uint32_t phase, uint32_t desc_lo) MOEGEN_INLINE {
     FragA* frag = frags.f;
     // The phase flip orders the producer's cp.async and bulk writes before this warpgroup's reads
     // (as in CUTLASS's cp.async warp-specialized GMMA mainloop); a proxy fence here would cost a
@@ -336,12 +337,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // slot index is a compile-time constant.  Whole rounds in a loop, the remainder as a static tail:
   // a runtime `kt < kKTiles` inside the wgmma pipeline makes ptxas serialize the wgmmas (C7513).
   constexpr int kUnroll = Stages % 2 == 0 ? Stages : 2 * Stages;
-  auto round = [&](int k0, uint32_t phase, auto count) {
+  auto round = [&](int k0, uint32_t phase, auto count) MOEGEN_INLINE {
     // Opaque per round: ptxas would otherwise hoist all Stages x kKBlocks descriptors out of the
     // loop into registers (a spill at m64n32k128), instead of adding the constants at each use.
     uint32_t lo = desc_lo;
     asm volatile("" : "+r"(lo));
-    cute::for_each(make_int_sequence<decltype(count)::value>{}, [&](auto u) {
+    static_for<decltype(count)::value>([&](auto u) MOEGEN_INLINE {
       constexpr int U = decltype(u)::value;
       const uint32_t ph = phase ^ uint32_t((U / Stages) & 1);
       if constexpr (U % 2 == 0) step(tCrA0, k0 + U, Int<U % Stages>{}, ph, lo);

@@ -43,13 +43,17 @@ def find_cuobjdump() -> tuple[str, dict]:
 
 
 def summarize(sass: str, mma_opcodes: tuple[str, ...]) -> dict[str, dict[str, int]]:
-    """Per kernel: MMA, LDL, STL and instruction counts."""
+    """Per kernel: MMA, LDL, STL and instruction counts.  A kernel in several cubins is listed once
+    per cubin (SM100's gemm1 and gemm2 of one tile are the same CUTLASS kernel, in two units)."""
     kernels, name = {}, None
     ops = (*mma_opcodes, "LDL", "STL")
     for line in sass.splitlines():
         m = re.search(r"Function : (\S+)", line)
         if m:
-            name = m.group(1)
+            name, copy = m.group(1), 1
+            while name in kernels:
+                copy += 1
+                name = f"{m.group(1)} (copy {copy})"
             kernels[name] = {"MMA": 0, "LDL": 0, "STL": 0, "instructions": 0}
             continue
         if name and re.search(r"/\*[0-9a-f]{4,}\*/", line):

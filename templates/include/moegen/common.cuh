@@ -11,9 +11,9 @@ enum ActivationKind { kSwiGLU = 0, kSwiGLUOai = 1 };
 
 constexpr int kWarpSize = 32;
 
-// f(std::integral_constant<int, U>{}) for U in 0..N-1, inlined.  Unlike cute::for_each, whose fold
-// lambda ptxas may outline once the body is large (a stack frame, accumulators through local
-// memory: 544 bytes at m64n128k64s8).  Pass lambdas marked MOEGEN_INLINE for the same reason.
+// f(std::integral_constant<int, U>{}) for U in 0..N-1, force-inlined: cute::for_each's fold lambda
+// is outlined once its body is large (a 544-byte stack frame at m64n128k64s8, the accumulators
+// passed through local memory).  Mark the lambdas passed here MOEGEN_INLINE for the same reason.
 template <class F, int... U>
 __device__ __forceinline__ void static_for(F&& f, std::integer_sequence<int, U...>) {
   (f(std::integral_constant<int, U>{}), ...);

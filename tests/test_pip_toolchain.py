@@ -3,6 +3,7 @@ layer with the system toolkit hidden from the PATH and the environment (marker n
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import pytest
 
 pytestmark = pytest.mark.nvcc
 
-SITE = Path(sys.executable).resolve().parent.parent / "lib"
-WHEEL_NVCC = sorted(SITE.glob("python3*/site-packages/nvidia/cu13/bin/nvcc"))
+# this environment's site-packages (a venv's python is a symlink: its resolved path is the base install)
+WHEEL_NVCC = sorted(Path(sysconfig.get_paths()["purelib"]).glob("nvidia/cu13/bin/nvcc"))
 if not WHEEL_NVCC:
     pytest.skip("the nvcc extra is not installed (pip install -e '.[nvcc]')", allow_module_level=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,19 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def source_commit() -> str:
+    """The moegen commit that measured something (tables, benchmarks): MOEGEN_COMMIT where the checkout
+    has no .git (a copied tree on a GPU machine), else git's short HEAD, else "unknown"."""
+    commit = os.environ.get("MOEGEN_COMMIT")
+    if commit:
+        return commit
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:

@@ -11,14 +11,13 @@ tuned full space, say) are benchmarked in one run, interleaved per T.
 """
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
+from .artifact import source_commit
 from .gpu_monitor import GpuMonitor
 from .profiler import capture, replay_back_to_back, timing_pool, warm_up
 from .runtime import MoeLayer
@@ -161,15 +160,8 @@ def _row(label, layer: MoeLayer, spec: ModelSpec, T: int, kernels, sets: _InputS
 def environment() -> dict:
     props = torch.cuda.get_device_properties(0)
     from .runtime import driver_version
-    commit = os.environ.get("MOEGEN_COMMIT")  # set by callers whose checkout has no .git (device runs)
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip() or "unknown"
-        except (OSError, subprocess.SubprocessError):
-            commit = "unknown"
     return dict(gpu=props.name, sm_count=props.multi_processor_count, driver=driver_version(), cuda=torch.version.cuda,
-                torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=commit)
+                torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=source_commit())
 
 
 def _cell(v, fmt: str) -> str:

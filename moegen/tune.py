@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .artifact import atomic_write
+from .artifact import atomic_write, source_commit
 from .dispatch import TABLE_SCHEMA, GpuInfo, heuristic_choice, table_path
 from .naming import KernelConfig
 from .problem import ProblemKey, rows_per_expert
@@ -177,7 +177,7 @@ def make_table(spec: ModelSpec, arch: str, gpu: GpuInfo, kernels: list[KernelCon
         schema=TABLE_SCHEMA, arch=arch, gpu=dict(name=gpu.name, sm_count=gpu.sm_count), problem=asdict(problem),
         problem_key=problem.slug,
         tuned_with=dict(driver=gpu.driver, cuda=gpu.cuda, model=spec.variant, kernels=len(kernels),
-                        created=time.strftime("%Y-%m-%d"), **(tuned_with or {})),
+                        created=time.strftime("%Y-%m-%d"), commit=source_commit(), **(tuned_with or {})),
         buckets=[dict(tokens=t, gemm1=kernels[g1].name, gemm2=kernels[g2].name,
                       us=None if math.isnan(us) else round(us, 2))
                  for t, (g1, g2, us) in sorted(choices.items())],

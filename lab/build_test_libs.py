@@ -16,7 +16,7 @@ def build_variant(variant: str, jobs: int = 4) -> str:
     from gpu_variants import OUT, gpu_test_configs, variant_spec  # the tests' own variants, kernels, folder
     from moegen.build import build
     spec = variant_spec(variant)
-    build(spec, "sm90", gpu_test_configs(spec), OUT, jobs=jobs, log=lambda m: None)
+    build(spec, "sm90", gpu_test_configs(variant), OUT, jobs=jobs, log=lambda m: None)
     return variant
 
 

@@ -9,7 +9,8 @@ from moegen.arch import get_arch
 from moegen.build import OBJECT_STORE
 from moegen.cli import DEFAULT_OUT
 from moegen.naming import KernelConfig, parse_kernel_name
-from moegen.problem import gemm_shapes
+from moegen.dispatch import table_kernels
+from moegen.problem import ProblemKey, gemm_shapes
 from moegen.spec import ModelSpec, load_model
 
 OUT = DEFAULT_OUT / "_gputest"  # the tests' own builds, apart from what users build and tune
@@ -40,7 +41,8 @@ def variant_spec(variant: str) -> ModelSpec:
 
 def gpu_test_configs(variant: str) -> list[KernelConfig]:
     """The arch's tuning shortlist (it holds every mainloop variant: one, two or four 64-row slices,
-    one or two CTAs per SM, block_k 64 and 128); the fallback kernels for routing-only specs."""
+    one or two CTAs per SM, block_k 64 and 128) and the kernels the shipped tables pick, so the tests
+    dispatch as a default build does; the fallback kernels for routing-only specs."""
     sm90, spec = get_arch("sm90"), variant_spec(variant)
     if variant in ROUTING_VARIANTS:
         return sm90.fallback_configs(spec)
@@ -52,4 +54,5 @@ def gpu_test_configs(variant: str) -> list[KernelConfig]:
             quick.append(c if sm90.rejection_reason(c, gemm_shapes(spec)[gemm]) is None else
                          next(f for f in sm90.fallback_configs(spec) if f.gemm == gemm))
         return quick
-    return sm90.shortlist_configs(spec)
+    picked, _ = table_kernels("sm90", ProblemKey.of(spec))
+    return sorted(set(sm90.shortlist_configs(spec)) | set(picked))

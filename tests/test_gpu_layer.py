@@ -239,19 +239,23 @@ def test_both_entry_points_under_cuda_graphs_and_torch_compile(T):
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-120b"])
 def test_batch_invariance(variant):
     """A token's output is bitwise the same alone and inside batches of any size, whichever kernels
-    the dispatch picks for them (each T below is its own bucket)."""
+    the dispatch picks for them: every bucket of the shipped table and the token count just past it
+    (the next bucket's kernels), up to 16384."""
     layer, w = _layer(variant)
     spec = layer.spec
-    big = random_inputs(spec, 4096, "cuda", _SEED + 31)
+    assert layer.dispatch is not None, "the tests' build has the shipped table's kernels: it should dispatch by it"
+    edges = [t for t in layer.dispatch.tokens if t <= 16384]
+    sizes = sorted({8, 64, 512, 4096, *edges, *(t + 1 for t in edges if t < 16384)})
+    big = random_inputs(spec, max(sizes), "cuda", _SEED + 31)
+    probe = list(range(0, max(sizes), max(sizes) // 8))[:8]
     alone = []
-    probe = list(range(0, 4096, 512))[:8]
     for t in probe:
         r = layer(big.hidden[t:t + 1].contiguous(), big.logits[t:t + 1].contiguous(), w.prepared, big.score_bias)
         alone.append(r.out)
-    for T in (8, 64, 512, 4096):
+    everyone = torch.arange(max(sizes), device="cuda")
+    for T in sizes:
         idx = torch.tensor(probe, device="cuda")[:T]
-        rows = torch.cat([idx, torch.arange(4096, device="cuda")[~torch.isin(torch.arange(4096, device="cuda"), idx)]])
-        rows = rows[:T]
+        rows = torch.cat([idx, everyone[~torch.isin(everyone, idx)]])[:T]
         res = layer(big.hidden[rows].contiguous(), big.logits[rows].contiguous(), w.prepared, big.score_bias)
         for j, t in enumerate(probe[:min(T, len(probe))]):
             assert torch.equal(res.out[j], alone[j][0]), f"token {t} differs inside T={T} ({layer.choose_kernels(T)})"

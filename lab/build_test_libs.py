@@ -13,10 +13,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's moegen, whate
 
 
 def build_variant(variant: str, jobs: int = 4) -> str:
-    from gpu_variants import OUT, gpu_test_configs, variant_spec  # the tests' own variants, kernels, folder
+    from gpu_variants import OUT, STORE, gpu_test_configs, variant_spec  # the tests' variants, kernels, folders
     from moegen.build import build
     spec = variant_spec(variant)
-    build(spec, "sm90", gpu_test_configs(variant), OUT, jobs=jobs, log=lambda m: None)
+    build(spec, "sm90", gpu_test_configs(variant), OUT, jobs=jobs, log=lambda m: None, store=STORE)
     return variant
 
 

@@ -43,13 +43,20 @@ def file_sha256(path: Path) -> str:
 
 def source_commit() -> str:
     """The moegen commit that measured something (tables, benchmarks): MOEGEN_COMMIT where the checkout
-    has no .git (a copied tree on a GPU machine), else git's short HEAD, else "unknown"."""
+    has no .git (a copied tree on a GPU machine), else git's short HEAD of the checkout this module is
+    in (not of some other repository an installed copy happens to sit inside), else "unknown"."""
     commit = os.environ.get("MOEGEN_COMMIT")
     if commit:
         return commit
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=here.parent).stdout.strip()
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        top = git("rev-parse", "--show-toplevel")
+        if not top or (Path(top) / "moegen" / here.name).resolve() != here:
+            return "unknown"
+        return git("rev-parse", "--short", "HEAD") or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

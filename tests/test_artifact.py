@@ -94,3 +94,16 @@ def test_good_manifest_and_missing_library(tmp_path):
     assert m.kernels == ("moegen_sm90_gemm1_m64n8k64s4",) and m.library_path == tmp_path / "libmoegen-ffff.so"
     with pytest.raises(ArtifactError, match="libmoegen-ffff.so: library named by .* is missing"):
         artifact.verify_library(m)
+
+
+def test_source_commit_names_this_checkout_or_the_environment(monkeypatch):
+    import subprocess
+    from pathlib import Path
+
+    from moegen.artifact import source_commit
+    monkeypatch.setenv("MOEGEN_COMMIT", "abc1234")
+    assert source_commit() == "abc1234"
+    monkeypatch.delenv("MOEGEN_COMMIT")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip()
+    assert source_commit() == (head or "unknown")

@@ -1,14 +1,13 @@
 """The layer on an SM90 GPU against the float64 reference (marker `gpu`; skipped without one).
 
 Builds (or reuses, by fingerprint) each variant's library under generated/_gputest, draws fresh
-random inputs per case (the seed is printed; MOEGEN_TEST_SEED repeats a run), poisons outputs and
+random inputs per case (the seed is in pytest's header; MOEGEN_TEST_SEED repeats a run), poisons outputs and
 workspace, and checks relative L2 error <= 1e-2, no NaN, and the router's choice against the
 reference router wherever the choice is not a near tie.  Both entry points: the fused layer and the
 experts-only call on the caller's routing (with an expert map, int32 and int64 ids, a caller's
 output buffer), under CUDA graphs and torch.compile, T = 0, skewed routing, and batch invariance.
 """
 import os
-import random
 from dataclasses import replace
 
 import pytest
@@ -30,8 +29,7 @@ from moegen.testing import random_inputs, random_weights, reference_output, rela
 TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block | many-block routing
 TOLERANCE = 1e-2
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
-_SEED = int(os.environ.get("MOEGEN_TEST_SEED", random.randrange(1 << 30)))
-print(f"\nmoegen GPU tests: seed {_SEED} (MOEGEN_TEST_SEED={_SEED} repeats this run)")
+_SEED = int(os.environ["MOEGEN_TEST_SEED"])  # tests/conftest.py draws it and prints it in the header
 
 _layers, _weights = {}, {}
 

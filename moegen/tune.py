@@ -235,20 +235,19 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     root = table_root or user_dir(out_root)
     steady = dict(warm_seconds=warm_seconds, min_seconds=min_seconds, reps=reps, rotations=rotations)
 
-    def save_so_far(choices, measurements):  # a tune cut short keeps the buckets it finished
-        save_table(root, make_table(spec, arch, layer.gpu, layer.kernels, compact(layer.kernels, choices, measurements,
-                                                                                   tolerance), measurements,
-                                    tuned_with=dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__,
-                                                    partial=True)))
+    def write(choices, measurements, partial: bool):
+        kept = compact(layer.kernels, choices, measurements, tolerance)
+        tuned_with = dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__,
+                          **({"partial": True} if partial else {}))
+        return save_table(root, make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements, tuned_with)), kept
 
-    try:
-        choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log, on_bucket=save_so_far)
+    try:  # after every bucket: a tune cut short keeps the buckets it finished, as a partial table
+        choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log,
+                                       on_bucket=lambda c, m: write(c, m, partial=True))
     finally:
         profiler.close()
-    kept = compact(layer.kernels, choices, measurements, tolerance)
+    path, kept = write(choices, measurements, partial=False)
     used = {n for c in kept.values() for n in c[:2]}
     log(f"{len(measurements)} timings in {time.monotonic() - start:.0f} s; compacted to {len(used)} kernels "
         f"(within {tolerance:.0%} per GEMM of each bucket's best)")
-    table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements,
-                       tuned_with=dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__))
-    return save_table(root, table)
+    return path

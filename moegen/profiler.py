@@ -64,6 +64,12 @@ def capture(layer: MoeLayer, w: Weights, x: Inputs, kernels: tuple[int, int], po
     return g
 
 
+# How many rounds the host may run ahead of the GPU.  Enough that the GPU never idles (a replay's
+# launch costs the host ~10 us, less than any layer call), few enough that the window ends soon after
+# min_seconds: with 64 rounds queued a T = 16384 candidate cost ~2 s instead of ~0.1 s.
+QUEUE_ROUNDS = 4
+
+
 def replay_back_to_back(graphs: list, min_reps: int, min_seconds: float, monitor: GpuMonitor | None) -> Timing:
     """Replay the graphs in rotation, each replay bracketed by events and none followed by a host
     sync, until min_reps rounds and min_seconds have passed: the GPU stays busy throughout."""
@@ -79,8 +85,8 @@ def replay_back_to_back(graphs: list, min_reps: int, min_seconds: float, monitor
                 b.record()
                 events.append((a, b))
             rounds += 1
-            if len(events) > 64 * len(graphs):  # keep the queue bounded without draining it
-                events[-32 * len(graphs)][1].synchronize()
+            if rounds > QUEUE_ROUNDS:  # wait for the round QUEUE_ROUNDS back: the queue stays full, bounded
+                events[-(QUEUE_ROUNDS + 1) * len(graphs)][1].synchronize()
         torch.cuda.synchronize()
     times = tuple(a.elapsed_time(b) * 1e3 for a, b in events)
     return Timing(statistics.median(times), times, win.state)

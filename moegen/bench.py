@@ -19,7 +19,7 @@ import torch
 
 from .artifact import source_commit
 from .gpu_monitor import GpuMonitor
-from .profiler import capture, replay_back_to_back, timing_pool, warm_up
+from .profiler import capture, pooled, replay_back_to_back, timing_pool, warm_up
 from .runtime import MoeLayer
 from .spec import ModelSpec
 from .testing import Weights, random_inputs, random_weights
@@ -111,9 +111,11 @@ def input_sets(layer: MoeLayer, w: Weights, T: int, kernels: tuple[int, int], ro
 
 def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceilings, reps: int = 30,
                  rotations: int = 8, seed: int = 0, warm_seconds: float = 5.0, min_seconds: float = 0.3,
-                 log=print) -> list[BenchRow]:
-    """Rows for every (T, library), the libraries interleaved per T, all on one set of weights and
-    inputs per T.  The libraries must build the same spec."""
+                 rounds: int = 4, log=print) -> list[BenchRow]:
+    """Rows for every (T, library), all on one set of weights and inputs per T.  The libraries must
+    build the same spec.  Per T they take turns in `rounds` windows each, in the order A B, B A, A B,
+    ...: one window per library drifted with the power state (two builds of the same kernels differed
+    by 5 % at T = 64 on the H200), alternating windows share the drift."""
     specs = {label: layer.spec.to_dict() for label, layer in layers.items()}
     if len({str(s) for s in specs.values()}) != 1:
         raise ValueError(f"bench: the libraries build different specs: {sorted(specs)}")
@@ -127,15 +129,20 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
             heavy = max(tokens)
             warm_up(input_sets(first, w, heavy, first.choose_kernels(heavy), 2, seed).graphs, warm_seconds)
         for T in tokens:
+            sets = {label: input_sets(layer, w, T, layer.choose_kernels(T), rotations, seed)
+                    for label, layer in layers.items()}
+            windows: dict[str, list] = {label: [] for label in layers}
+            order = list(layers)
+            for r in range(rounds):
+                for label in (order if r % 2 == 0 else order[::-1]):
+                    windows[label].append(replay_back_to_back(sets[label].graphs, reps, min_seconds, monitor))
             for label, layer in layers.items():
-                kernels = layer.choose_kernels(T)
-                sets = input_sets(layer, w, T, kernels, rotations, seed)
-                timing = replay_back_to_back(sets.graphs, reps, min_seconds, monitor)
-                rows.append(_row(label, layer, spec, T, kernels, sets, timing, ceilings))
+                timing = pooled(windows[label], monitor)
+                rows.append(_row(label, layer, spec, T, layer.choose_kernels(T), sets[label], timing, ceilings))
                 r = rows[-1]
                 log(f"{label:>12} T={T:6d}  {r.median_us:9.1f} us  floor {r.floor_us:8.1f} us  x{r.time_over_floor:5.2f}"
                     f"  {r.sm_mhz_median or 0:5.0f} MHz  {r.power_w_median or 0:4.0f} W  [{r.kernels}]")
-                del sets
+            del sets
     finally:
         monitor.close()
     return rows

@@ -167,7 +167,10 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
 @_with_split
 @click.option("--tokens", default="1,4,16,64,256,1024,4096,16384", show_default=True,
               help="comma-separated token counts")
-@click.option("--reps", type=click.IntRange(min=1), default=30, show_default=True, help="replay rounds per T (at least)")
+@click.option("--reps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="replay rounds per timed window (at least)")
+@click.option("--rounds", type=click.IntRange(min=1), default=4, show_default=True,
+              help="timed windows per library and T, the libraries taking turns (A B, B A, ...)")
 @click.option("--warm-seconds", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="back-to-back replays of the largest T before timing: the GPU's serving clock and power")
 @click.option("--compare", "compare", multiple=True, metavar="LABEL=DIR",
@@ -175,7 +178,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write results as JSON")
 @_out_option
 @_one_line_errors
-def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, warm_seconds, compare, json_out, out_root) -> None:
+def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, warm_seconds, compare, json_out, out_root) -> None:
     """Time the built layer (CUDA-graph replay at steady state, median) against the measured floor."""
     import json
 
@@ -193,7 +196,7 @@ def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, warm_seconds, co
         layers[label] = load(Path(path), spec=spec)
     ceilings = measure_ceilings()
     click.echo(f"measured ceilings: {ceilings.read_tbs:.2f} TB/s read, {ceilings.bf16_tflops:.0f} bf16 TFLOP/s")
-    rows = bench_layers(layers, token_list, ceilings, reps=reps, warm_seconds=warm_seconds,
+    rows = bench_layers(layers, token_list, ceilings, reps=reps, rounds=rounds, warm_seconds=warm_seconds,
                         log=lambda m: click.echo(m, err=True))
     click.echo(markdown_table(rows))
     if json_out:

@@ -98,8 +98,13 @@ class GpuMonitor:
         return self._nvml.energy_mj(self._h) if self.available else None
 
     def summary(self, t0: float, t1: float, energy0: int | None, energy1: int | None) -> PowerState:
-        window = [s for s in self.samples if t0 <= s[0] <= t1]
         energy = (energy1 - energy0) / 1000.0 if energy0 is not None and energy1 is not None else None
+        return self.summary_over([(t0, t1)], energy)
+
+    def summary_over(self, spans: list[tuple[float, float]], energy_j: float | None) -> PowerState:
+        """One summary of the samples in several windows (a benchmark's interleaved rounds)."""
+        window = [s for s in self.samples if any(t0 <= s[0] <= t1 for t0, t1 in spans)]
+        energy = energy_j
         if not window:
             return PowerState(energy_j=energy)
         mhz = [s[1] for s in window]
@@ -115,10 +120,11 @@ class GpuMonitor:
 
 
 class Window:
-    """with Window(monitor) as w: ...  then w.state (PowerState) and w.seconds."""
+    """with Window(monitor) as w: ...  then w.state (PowerState), w.seconds and w.span (monotonic start, end)."""
 
     def __init__(self, monitor: GpuMonitor | None):
         self.monitor, self.state, self.seconds = monitor, PowerState(), 0.0
+        self.span = (0.0, 0.0)
 
     def __enter__(self) -> "Window":
         self._e0 = self.monitor.energy_mj() if self.monitor else None
@@ -127,6 +133,6 @@ class Window:
 
     def __exit__(self, *exc) -> None:
         t1 = time.monotonic()
-        self.seconds = t1 - self._t0
+        self.seconds, self.span = t1 - self._t0, (self._t0, t1)
         if self.monitor:
             self.state = self.monitor.summary(self._t0, t1, self._e0, self.monitor.energy_mj())

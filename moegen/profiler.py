@@ -22,6 +22,7 @@ class Timing:
     us: float  # median replay time
     times_us: tuple[float, ...]
     power: PowerState
+    spans: tuple[tuple[float, float], ...] = ()  # the timed windows (time.monotonic)
 
     def __float__(self) -> float:
         return self.us
@@ -89,7 +90,18 @@ def replay_back_to_back(graphs: list, min_reps: int, min_seconds: float, monitor
                 events[-(QUEUE_ROUNDS + 1) * len(graphs)][1].synchronize()
         torch.cuda.synchronize()
     times = tuple(a.elapsed_time(b) * 1e3 for a, b in events)
-    return Timing(statistics.median(times), times, win.state)
+    return Timing(statistics.median(times), times, win.state, (win.span,))
+
+
+def pooled(timings: list[Timing], monitor: GpuMonitor | None) -> Timing:
+    """One Timing of several windows of the same work (a benchmark's interleaved rounds): every
+    replay time, the power state over all the windows, their energy summed."""
+    times = tuple(t for timing in timings for t in timing.times_us)
+    spans = tuple(s for timing in timings for s in timing.spans)
+    energies = [timing.power.energy_j for timing in timings]
+    energy = None if None in energies else sum(energies)
+    power = monitor.summary_over(list(spans), energy) if monitor is not None else PowerState(energy_j=energy)
+    return Timing(statistics.median(times), times, power, spans)
 
 
 def warm_up(graphs: list, seconds: float) -> None:

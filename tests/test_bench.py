@@ -40,3 +40,26 @@ def test_monitor_without_nvml_reads_nothing_and_fails_nothing():
     if not m.available:
         assert w.state == PowerState()
     m.close()
+
+
+def test_monitor_summary_over_several_windows_skips_the_gaps():
+    m = GpuMonitor.__new__(GpuMonitor)
+    m.samples = [(1.0, 1800.0, 690.0, SW_POWER_CAP), (2.0, 1980.0, 300.0, 0), (3.0, 1700.0, 700.0, SW_POWER_CAP)]
+    s = m.summary_over([(0.5, 1.5), (2.5, 3.5)], energy_j=2.0)
+    assert s == PowerState(sm_mhz_min=1700.0, sm_mhz_median=1750.0, power_w_median=695.0, power_capped_share=1.0,
+                           energy_j=2.0)
+
+
+def test_pooled_timing_keeps_every_replay_and_sums_energy():
+    import pytest
+    pytest.importorskip("torch")
+    from moegen.profiler import Timing, pooled
+    m = GpuMonitor.__new__(GpuMonitor)
+    m.samples = [(1.0, 1800.0, 690.0, 0), (5.0, 1500.0, 700.0, 0)]
+    a = Timing(10.0, (9.0, 10.0, 11.0), PowerState(energy_j=1.0), ((0.0, 2.0),))
+    b = Timing(20.0, (20.0, 21.0), PowerState(energy_j=0.5), ((4.0, 6.0),))
+    p = pooled([a, b], m)
+    assert p.times_us == (9.0, 10.0, 11.0, 20.0, 21.0) and p.us == 11.0
+    assert p.spans == ((0.0, 2.0), (4.0, 6.0))
+    assert p.power.energy_j == 1.5 and p.power.sm_mhz_min == 1500.0
+    assert pooled([a, Timing(1.0, (1.0,), PowerState(), ((3.0, 3.5),))], None).power.energy_j is None

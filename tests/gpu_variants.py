@@ -1,7 +1,9 @@
 """The GPU tests' model variants, their kernels and build folder: importable without a GPU, so the
 tests' libraries can be built on any machine (and carried to a GPU one).
 MOEGEN_TEST_KERNELS=gemm1,gemm2 (one tile each, e.g. m64n16k64s6,m64n16k64s6) builds every variant with
-just those tiles (where they fit; the fallback kernels elsewhere): a quick first look on a new GPU."""
+just those tiles (where they fit; the fallback kernels elsewhere): a quick first look on a new GPU.
+MOEGEN_TEST_KERNELS=default builds what `moegen build` ships for each variant (a change to every
+kernel, tested without compiling the whole shortlist)."""
 import os
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from moegen.build import OBJECT_STORE
 from moegen.cli import DEFAULT_OUT
 from moegen.naming import KernelConfig, parse_kernel_name
 from moegen.dispatch import table_kernels
+from moegen.kernel_sets import default_kernels
 from moegen.problem import ProblemKey, gemm_shapes
 from moegen.spec import ModelSpec, load_model
 
@@ -47,6 +50,8 @@ def gpu_test_configs(variant: str) -> list[KernelConfig]:
     if variant in ROUTING_VARIANTS:
         return sm90.fallback_configs(spec)
     tiles = os.environ.get("MOEGEN_TEST_KERNELS")
+    if tiles == "default":
+        return default_kernels(spec, "sm90")
     if tiles:
         quick = []
         for gemm, tile in zip(("gemm1", "gemm2"), tiles.split(",")):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .artifact import atomic_write, source_commit
-from .dispatch import TABLE_SCHEMA, GpuInfo, heuristic_choice, table_path
+from .dispatch import TABLE_SCHEMA, DispatchError, GpuInfo, heuristic_choice, is_partial, read_table, table_path
 from .naming import KernelConfig
 from .problem import ProblemKey, rows_per_expert
 from .spec import ModelSpec
@@ -203,6 +203,61 @@ def compact_table(table: dict, tolerance: float) -> dict:
     return dict(table, buckets=buckets, tuned_with=dict(table["tuned_with"], tolerance=tolerance))
 
 
+def searched_pairs(table: dict) -> dict[int, tuple[str, str, float]]:
+    """Each bucket's pair as search picked it, derived again from the timings the table keeps: the
+    gemm2 stage's best pair and the confirmation round, lowest median.  A bucket without those
+    timings keeps the table's pair."""
+    pairs = {b["tokens"]: (b["gemm1"], b["gemm2"], math.nan if b["us"] is None else b["us"]) for b in table["buckets"]}
+    for tokens in pairs:
+        here = [m for m in table["measurements"] if m[0] == tokens]
+        stage2 = [m for m in here if m[6] == "gemm2" and m[3] is not None]
+        if not stage2:
+            continue
+        best = min(stage2, key=lambda m: m[3])
+        times = {(best[1], best[2]): [best[3]]}
+        for m in here:
+            if m[6] == "confirm":
+                times.setdefault((m[1], m[2]), []).append(math.inf if m[3] is None else m[3])
+        scored = [(statistics.median(ts), pair) for pair, ts in times.items() if all(map(math.isfinite, ts))]
+        if scored:  # a pair failing any timing is out, as in search
+            us, (g1, g2) = min(scored)
+            pairs[tokens] = (g1, g2, us)
+    return pairs
+
+
+def merge_tables(older: dict, newer: dict) -> dict:
+    """One raw table (tolerance 0) of two tunes of one GPU and problem over different buckets, as one
+    tune over all of them would have written it: a bucket both timed keeps the newer timings; every
+    bucket's pair is searched_pairs'.  Partial when the tune that reached the largest bucket was."""
+    retuned = {b["tokens"] for b in newer["buckets"]}
+    measurements = [m for m in older["measurements"] if m[0] not in retuned] + newer["measurements"]
+    buckets = {b["tokens"]: b for b in older["buckets"] if b["tokens"] not in retuned}
+    buckets.update((b["tokens"], b) for b in newer["buckets"])
+    merged = dict(newer, measurements=measurements, buckets=[buckets[t] for t in sorted(buckets)])
+    pairs = searched_pairs(merged)
+    merged["buckets"] = [dict(tokens=t, gemm1=g1, gemm2=g2, us=None if math.isnan(us) else round(us, 2))
+                         for t, (g1, g2, us) in sorted(pairs.items())]
+    last = newer if max(retuned) >= max(b["tokens"] for b in older["buckets"]) else older
+    commits = sorted({t["tuned_with"].get("commit", "unknown") for t in (older, newer)})
+    merged["tuned_with"] = dict(newer["tuned_with"], tolerance=0.0, partial=is_partial(last), commits=commits)
+    return merged
+
+
+def resumable_table(path: Path, kernel_names: list[str]) -> tuple[dict | None, str]:
+    """The user table a tune of the same GPU and problem adds its buckets to, or None and why not:
+    its picks must all be kernels of the library being tuned."""
+    if not path.is_file():
+        return None, ""
+    try:
+        table = read_table(path)
+    except DispatchError as e:
+        return None, f"replacing it: {e}"
+    missing = sorted({b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")} - set(kernel_names))
+    if missing:
+        return None, f"replacing {path}: it picks {missing[0]}, which this library does not have"
+    return table, f"adding the tuned buckets to {path}"
+
+
 def save_table(root: Path, table: dict) -> Path:
     gpu = GpuInfo(table["gpu"]["name"], table["gpu"]["sm_count"])
     path = table_path(root, table["arch"], gpu, ProblemKey.parse(table["problem_key"]))
@@ -234,20 +289,32 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     profiler = LayerProfiler(layer, min_seconds=min_seconds, warm_seconds=warm_seconds, reps=reps, rotations=rotations)
     root = table_root or user_dir(out_root)
     steady = dict(warm_seconds=warm_seconds, min_seconds=min_seconds, reps=reps, rotations=rotations)
+    # A table of this GPU and problem already there (a tune of other buckets, or one cut short) keeps
+    # the buckets this tune does not time.
+    previous, note = resumable_table(table_path(root, arch, layer.gpu, ProblemKey.of(spec)),
+                                     [k.name for k in layer.kernels])
+    if note:
+        log(note)
 
-    def write(choices, measurements, partial: bool):
-        kept = compact(layer.kernels, choices, measurements, tolerance)
+    def write(choices, measurements, partial: bool) -> dict:
         tuned_with = dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__,
                           **({"partial": True} if partial else {}))
-        return save_table(root, make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements, tuned_with)), kept
+        if previous is None:
+            kept = compact(layer.kernels, choices, measurements, tolerance)
+            table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements, tuned_with)
+        else:
+            raw = make_table(spec, arch, layer.gpu, layer.kernels, choices, measurements, tuned_with)
+            table = compact_table(merge_tables(previous, raw), tolerance)
+        save_table(root, table)
+        return table
 
     try:  # after every bucket: a tune cut short keeps the buckets it finished, as a partial table
         choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log,
                                        on_bucket=lambda c, m: write(c, m, partial=True))
     finally:
         profiler.close()
-    path, kept = write(choices, measurements, partial=False)
-    used = {n for c in kept.values() for n in c[:2]}
+    table = write(choices, measurements, partial=False)
+    used = {b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")}
     log(f"{len(measurements)} timings in {time.monotonic() - start:.0f} s; compacted to {len(used)} kernels "
         f"(within {tolerance:.0%} per GEMM of each bucket's best)")
-    return path
+    return table_path(root, arch, layer.gpu, ProblemKey.of(spec))

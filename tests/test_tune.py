@@ -257,3 +257,45 @@ def test_default_build_of_a_partial_table_adds_the_fallback_kernels(tmp_path):
     tune.save_table(tmp_path, table)
     fallback = {k.name for k in get_arch("sm90").fallback_configs(SPEC)}
     assert {k.name for k in default_kernels(SPEC, "sm90", shipped_root=tmp_path)} == picks | fallback
+
+
+def test_searched_pairs_are_the_search_picks():
+    table, choices, _ = _table(buckets=(1, 16, 256))
+    pairs = tune.searched_pairs(table)
+    assert {t: (NAMES.index(g1), NAMES.index(g2)) for t, (g1, g2, _) in pairs.items()} == \
+        {t: (g1, g2) for t, (g1, g2, _) in choices.items()}
+
+
+def test_merged_tunes_pick_as_one_tune_over_all_buckets():
+    whole, _, _ = _table(buckets=(1, 16, 256, 4096))
+    first, _, _ = _table(buckets=(1, 16, 256))
+    first["tuned_with"] = dict(first["tuned_with"], partial=True, commit="aaaaaaa")  # cut short before 4096
+    rest, _, _ = _table(buckets=(4096,))
+    merged = tune.merge_tables(first, rest)
+    assert merged["buckets"] == whole["buckets"]
+    assert not dispatch.is_partial(merged) and merged["tuned_with"]["tolerance"] == 0.0
+    assert "aaaaaaa" in merged["tuned_with"]["commits"]
+    assert sorted(map(json.dumps, merged["measurements"])) == sorted(map(json.dumps, whole["measurements"]))
+    # a bucket both tunes timed keeps the newer timings only; a newer partial tune short of the older
+    # table's largest bucket leaves the merge whole
+    again, _, _ = _table(buckets=(16,), profiler=lambda t, g1, g2: 2 * fake_time(t, g1, g2))
+    again["tuned_with"] = dict(again["tuned_with"], partial=True)
+    merged2 = tune.merge_tables(merged, again)
+    assert {m[3] for m in merged2["measurements"] if m[0] == 16} == {m[3] for m in again["measurements"]}
+    assert not dispatch.is_partial(merged2)
+    again["tuned_with"] = dict(again["tuned_with"], partial=False)
+    assert dispatch.is_partial(tune.merge_tables(first, again))  # the cut-short tune holds the largest bucket
+
+
+def test_a_tune_resumes_a_table_only_when_the_library_has_its_picks(tmp_path):
+    table, _, _ = _table(buckets=(1, 16))
+    path = tune.save_table(tmp_path, table)
+    found, note = tune.resumable_table(path, NAMES)
+    assert found == json.loads(path.read_text()) and str(path) in note
+    picks = {b["gemm1"] for b in table["buckets"]}
+    found, note = tune.resumable_table(path, [n for n in NAMES if n not in picks])
+    assert found is None and "does not have" in note
+    path.write_text("{")
+    found, note = tune.resumable_table(path, NAMES)
+    assert found is None and "not valid JSON" in note
+    assert tune.resumable_table(tmp_path / "absent.json", NAMES) == (None, "")

@@ -8,10 +8,11 @@
 
 namespace moegen {
 
-// out[t, :] = sum over the token's local slots of the weighted GEMM2 rows (zero if none).
+// out[t, :] = sum over the token's local slots, in slot order, of the weighted fp32 GEMM2 rows (zero
+// if none): a token's sum depends on its own rows only, whatever else is in the batch.
 template <class P>
 __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
-                                const __nv_bfloat16* __restrict__ y, __nv_bfloat16* __restrict__ out) {
+                                const float* __restrict__ y, __nv_bfloat16* __restrict__ out) {
   constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;  // H is a multiple of 32
   pdl_wait();
   int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -22,10 +23,11 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
   for (int k = 0; k < P::kTopK; ++k) {
     int row = token_row[t * P::kTopK + k];
     if (row >= 0) {
-      uint4 v = *reinterpret_cast<const uint4*>(y + size_t(row) * H + c);
-      const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&v);
+      const float4* v = reinterpret_cast<const float4*>(y + size_t(row) * H + c);
+      const float4 lo = v[0], hi = v[1];
+      const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) acc[j] += __bfloat162float(b[j]);
+      for (int j = 0; j < VEC; ++j) acc[j] += b[j];
     }
   }
   uint4 o;

@@ -21,7 +21,7 @@ struct GemmParams {
   const int32_t* work_row_end;   // [max_work]
   const int32_t* num_work;       // [1]
   const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
-  __nv_bfloat16* out;            // epilogue output
+  void* out;                     // epilogue output rows, of the epilogue's type (Epilogue::Out)
   int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
 };
 

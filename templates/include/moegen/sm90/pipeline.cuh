@@ -13,7 +13,7 @@ struct Pipeline {
   struct Workspace {
     RoutingWorkspace<P> routing;
     __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
-    __nv_bfloat16* y;  // [rows, H] weighted GEMM2 output in expert order
+    float* y;          // [rows, H] weighted GEMM2 output in expert order (WeightedEpilogue::Out)
   };
 
   // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
@@ -70,7 +70,7 @@ struct Pipeline {
 
     const long vecs = long(T) * (P::kHidden / 8);
     const cudaError_t e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
-                                     static_cast<const int32_t*>(r.token_row), static_cast<const __nv_bfloat16*>(ws.y),
+                                     static_cast<const int32_t*>(r.token_row), static_cast<const float*>(ws.y),
                                      static_cast<__nv_bfloat16*>(out));
     if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
     return 0;

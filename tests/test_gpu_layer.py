@@ -27,7 +27,10 @@ from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block | many-block routing
-TOLERANCE = 1e-2
+# Relative L2 error against the float64 layer.  With GEMM2's rows summed in fp32, what remains is
+# rounding h (GEMM2's B operand) and the output to bf16: 2.25-2.47e-3 on every variant here (H200,
+# d7215e2); bf16 rows before the sum measured 2.82-2.97e-3.
+TOLERANCE = 2.7e-3
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
 _SEED = int(os.environ["MOEGEN_TEST_SEED"])  # tests/conftest.py draws it and prints it in the header
 

@@ -1,8 +1,8 @@
 """EP 2 and TP 2 on two GPUs (NCCL) against the single-GPU layer on the same weights and inputs
 (marker gpu2; skipped without two SM90 GPUs).  Each rank runs MoeLayer.experts of its own build.
 
-Tolerance: each rank's partial output is rounded to bf16 rows by its own GEMM2 and finalize before the
-fp32 sum across ranks, where one GPU rounds once; with 2 ranks the difference is at most one bf16
+Tolerance: each rank's partial output is rounded to bf16 by its own layer before the fp32 sum across
+ranks, where one GPU rounds once; with 2 ranks the difference is at most one bf16
 rounding of each partial (relative 2^-8), so the split and the single-GPU outputs agree to a relative
 L2 of ~4e-3, and both stay within the 1e-2 the single-GPU tests hold against float64.
 """

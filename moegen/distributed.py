@@ -94,7 +94,7 @@ class DistributedMoe:
     # --- all-gather + reduce-scatter ---------------------------------------------------------------
 
     # Both return partial sums in fp32 (or the input's wider type): the reductions across ranks add in
-    # fp32, as one GPU's token sums do.
+    # fp32, as one GPU's finalize does.
 
     def _allgather(self, hidden, ids, weights):
         g = self.groups

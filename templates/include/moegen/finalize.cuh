@@ -1,6 +1,5 @@
-// The layer's last stage for archs whose GEMM2 writes plain rows (SM100): routing weight, bias, and
-// each token's top-k rows summed back into token order (SM90's GEMM2 sums them itself).  Only the
-// layer's translation unit includes this.
+// The layer's last stage, arch-neutral: each token's top-k weighted GEMM2 rows summed back into
+// token order.  Only the layer's translation unit includes this.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -9,8 +8,41 @@
 
 namespace moegen {
 
+// out[t, :] = sum over the token's local slots, in slot order, of the weighted fp32 GEMM2 rows (zero
+// if none): a token's sum depends on its own rows only, whatever else is in the batch.
+template <class P>
+__global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
+                                const float* __restrict__ y, __nv_bfloat16* __restrict__ out) {
+  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;  // H is a multiple of 32
+  pdl_wait();
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= num_tokens * PER_ROW) return;
+  int t = idx / PER_ROW, c = (idx % PER_ROW) * VEC;
+  float acc[VEC] = {};
+#pragma unroll
+  for (int k = 0; k < P::kTopK; ++k) {
+    int row = token_row[t * P::kTopK + k];
+    if (row >= 0) {
+      const float4* v = reinterpret_cast<const float4*>(y + size_t(row) * H + c);
+      const float4 lo = v[0], hi = v[1];
+      const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) acc[j] += b[j];
+    }
+  }
+  uint4 o;
+  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(acc[j]);
+  *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
+}
+
+}  // namespace moegen
+
+namespace moegen {
+
 // out[t, :] = sum over the token's local slots of routing weight x (GEMM2 row + its expert's bias), in
-// fp32.
+// fp32: for archs whose GEMM2 writes plain rows (SM100).
 template <class P>
 __global__ void finalize_weighted_kernel(int num_tokens, const int32_t* __restrict__ token_row,
                                          const int32_t* __restrict__ local_expert,

@@ -23,22 +23,7 @@ struct GemmParams {
   const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
   void* out;                     // epilogue output rows, of the epilogue's type (Epilogue::Out)
   int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
-  // The token sums (GEMM2's epilogue: the CTA that stores a token's last row of a 64-row slice of
-  // the output sums that slice of the token's rows; see sum_finished_tokens).  GEMM1, which runs
-  // first, zeroes the arrival counts and writes the zero output of tokens with no row here.
-  int32_t* arrivals;             // [num_tokens, kArrivalSlices(H)]
-  const int32_t* token_row;      // [num_tokens, K] the permuted row of each (token, slot), -1: not here
-  const int32_t* row_token;      // [rows] the token of each permuted row
-  __nv_bfloat16* layer_out;      // [num_tokens, H]
-  int num_tokens, top_k, hidden;
-  int zero_sums;                 // GEMM1: 1
 };
-
-// Arrival counts per token: one per 64 output columns, whatever GEMM2's BM (a multiple of 64).
-constexpr int kArrivalSliceColumns = 64;
-__host__ __device__ constexpr int arrival_slices(int hidden) {
-  return (hidden + kArrivalSliceColumns - 1) / kArrivalSliceColumns;
-}
 
 // Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`).  `rows` is the
 // layer's expert rows (tokens x top_k): the arch decides its grid policy from it.

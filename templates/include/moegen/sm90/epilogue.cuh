@@ -21,7 +21,6 @@ namespace moegen::sm90 {
 template <class P>
 struct SwigluEpilogue {
   static constexpr bool kRowFactors = false;
-  static constexpr bool kSumsTokens = false;
   using Out = __nv_bfloat16;  // GEMM2's B operand
   template <class Accum, class Coords>
   __device__ static void apply(const GemmParams& p, const Accum& acc, const Coords& coords, int expert,
@@ -56,8 +55,7 @@ struct SwigluEpilogue {
 };
 
 // GEMM2 epilogue: bias, then the routing weight of the row (staged in shared memory by the kernel
-// before the epilogue: `row_factors[row - row0]`); the kernel then sums the rows per token
-// (kSumsTokens: sum_finished_tokens).  The rows stay
+// before the epilogue: `row_factors[row - row0]`); finalize sums the rows per token.  The rows stay
 // fp32: rounding each of a token's top-k rows to bf16 before the sum added about 1.5e-3 to the
 // layer's relative error (2.9e-3 -> 2.3e-3 against float64 in simulation; what remains is `h` and
 // the output being bf16).  No global load sits between the stores, so they stream; eight lanes
@@ -65,8 +63,6 @@ struct SwigluEpilogue {
 template <class P>
 struct WeightedEpilogue {
   static constexpr bool kRowFactors = true;
-  static constexpr bool kSumsTokens = true;
-  static constexpr int kHidden = P::kHidden;
   using Out = float;
   template <class Accum, class Coords>
   __device__ static void apply(const GemmParams& p, const Accum& acc, const Coords& coords, int expert,

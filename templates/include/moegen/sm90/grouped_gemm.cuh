@@ -141,9 +141,6 @@ struct GroupedGemm {
     uint64_t empty[Stages];  // every consumer thread's wgmma reading the slot retired
     // The tile's per-row epilogue factors (GEMM2: routing weights), double-buffered by tile parity.
     float row_factor[Epilogue::kRowFactors ? 2 : 1][Epilogue::kRowFactors ? BN : 1];
-    // The (token row, 64-column slice) pairs of the tile whose token this CTA finished (kSumsTokens).
-    int16_t finished[Epilogue::kSumsTokens ? BN * (BM / kArrivalSliceColumns) : 1];
-    int num_finished;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "SM90 gives a CTA at most 227 KiB of shared memory");
@@ -223,75 +220,6 @@ __device__ __forceinline__ float stage_epilogue_inputs(const GemmParams& p, cons
     asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
   }
   return expert_scale;
-}
-
-// GEMM1, before anything else (its grid runs after routing and before GEMM2): zero GEMM2's arrival
-// counts, and write the output of tokens that have no row on this rank (every slot elsewhere), which
-// no GEMM2 tile will sum.  Every thread of the grid, idle CTAs included.
-__device__ __forceinline__ void zero_token_sums(const GemmParams& p) {
-  const long threads = long(gridDim.x) * blockDim.x, gtid = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  const long counts = long(p.num_tokens) * arrival_slices(p.hidden);
-  for (long i = gtid; i < counts; i += threads) p.arrivals[i] = 0;
-  const int lane = int(threadIdx.x % 32);
-  for (long tok = gtid / 32; tok < p.num_tokens; tok += threads / 32) {  // one warp per token
-    const bool here = lane < p.top_k && __ldg(p.token_row + tok * p.top_k + lane) >= 0;
-    if (__any_sync(0xffffffffu, here)) continue;
-    uint4* row = reinterpret_cast<uint4*>(p.layer_out + tok * p.hidden);
-    for (int c = lane; c < p.hidden / 8; c += 32) row[c] = make_uint4(0, 0, 0, 0);
-  }
-}
-
-// GEMM2, after a tile's epilogue stored its rows (consumer threads only): each of the tile's token
-// rows arrives once per 64-column slice of the output its CTA covers; the arrival that completes a
-// token's local slots makes this CTA sum that slice of the token's rows, in slot order, in fp32, into
-// the layer's output.  A token's sum therefore depends on its own rows only (batch invariance), and
-// no finalize kernel runs after GEMM2.  Stores, then a fence, then the count (the other CTAs' rows are
-// read from L2 after the count says they are all there).
-template <class G, class Epilogue>
-__device__ __forceinline__ void sum_finished_tokens(const GemmParams& p, typename G::SharedStorage& ss,
-                                                    const WorkTile& t) {
-  // top_k at run time: the GEMM objects stay independent of the router (shared across models).
-  constexpr int H = Epilogue::kHidden, kSlices = G::BM / kArrivalSliceColumns;
-  const int K = p.top_k;
-  constexpr int kVecs = kArrivalSliceColumns / 4;  // float4 per slice of one row
-  const int tid = int(threadIdx.x), rows = min(G::BN, t.row_end - t.row0);
-  const float* y = static_cast<const float*>(p.out);
-  __threadfence();
-  if (tid == 0) ss.num_finished = 0;
-  asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
-  for (int i = tid; i < rows * kSlices; i += G::kConsumerThreads) {
-    const int slice = t.m_tile * kSlices + i % kSlices;
-    if (slice * kArrivalSliceColumns >= H) continue;
-    const int token = __ldg(p.row_token + t.row0 + i / kSlices);
-    int slots = 0;
-    for (int k = 0; k < K; ++k) slots += __ldg(p.token_row + token * K + k) >= 0;
-    if (atomicAdd(p.arrivals + size_t(token) * arrival_slices(H) + slice, 1) == slots - 1)
-      ss.finished[atomicAdd(&ss.num_finished, 1)] = i;
-  }
-  __threadfence();
-  asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
-  const int n = ss.num_finished;
-  for (int i = tid; i < n * kVecs; i += G::kConsumerThreads) {
-    const int f = ss.finished[i / kVecs];
-    const int token = __ldg(p.row_token + t.row0 + f / kSlices);
-    const int col = (t.m_tile * kSlices + f % kSlices) * kArrivalSliceColumns + (i % kVecs) * 4;
-    if (col >= H) continue;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int k = 0; k < K; ++k) {
-      const int row = __ldg(p.token_row + token * K + k);
-      if (row < 0) continue;
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(y + size_t(row) * H + col));
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
-    }
-    __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(p.layer_out + size_t(token) * H + col) = packed;
-  }
 }
 
 // Consumer warpgroups for a tile whose token rows fit in NA <= BN columns: widen the weights, run
@@ -441,7 +369,6 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     Epilogue::apply(p, accum[r], tCcC, expert, m_tile * G::BM + (wg * R + r) * 64, row0, row_end,
                     expert_scale, row_factors);
   }
-  if constexpr (Epilogue::kSumsTokens) sum_finished_tokens<G, Epilogue>(p, ss, t);
 }
 
 // Runs consume<.., I * kNStep> for the tile's width in steps (one branch per CTA, uniform).
@@ -478,7 +405,6 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   // Launched early (PDL): GEMM2 may read its schedule and stream weights while GEMM1 drains; its
   // B rows (GEMM1's output) wait for pdl_wait().  L2-only loads: the schedule is rewritten per call.
   if (!p.schedule_ready) pdl_wait();
-  if (p.zero_sums) zero_token_sums(p);
   // CTAs of one work tile (all its weight-row tiles) are consecutive: they run together and share
   // its token rows through L2, which then come from HBM once rather than once per row tile.
   const int num_tiles = __ldcg(p.num_work) * G::kMTiles;

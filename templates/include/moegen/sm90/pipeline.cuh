@@ -1,7 +1,8 @@
 // SM90's part of the layer after routing: GEMM1 (gather fused into its B-operand loads, SwiGLU in
-// its epilogue) -> GEMM2 (routing weight in its epilogue, then each token's rows summed by the CTA
-// that completes them).  The layer's translation unit includes this after moegen/layer.cuh.
+// its epilogue) -> GEMM2 (routing weight in its epilogue) -> finalize.  The layer's translation unit
+// includes this after moegen/layer.cuh.
 #pragma once
+#include "moegen/finalize.cuh"
 #include "moegen/gemm_params.cuh"
 #include "moegen/layer.cuh"
 
@@ -13,7 +14,6 @@ struct Pipeline {
     RoutingWorkspace<P> routing;
     __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
     float* y;          // [rows, H] weighted GEMM2 output in expert order (WeightedEpilogue::Out)
-    int32_t* arrivals; // [T, arrival_slices(H)] GEMM2's token sums
   };
 
   // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
@@ -25,7 +25,6 @@ struct Pipeline {
     w.routing.carve(c, num_tokens);
     c.take(w.h, size_t(rows) * P::kInter);
     c.take(w.y, size_t(rows) * P::kHidden);
-    c.take(w.arrivals, size_t(num_tokens) * arrival_slices(P::kHidden));
     return c.bytes();
   }
 
@@ -47,13 +46,6 @@ struct Pipeline {
     g1.num_work = r.num_work;
     g1.out = ws.h;
     g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
-    g1.arrivals = ws.arrivals;
-    g1.token_row = r.token_row;
-    g1.layer_out = static_cast<__nv_bfloat16*>(out);
-    g1.num_tokens = T;
-    g1.top_k = P::kTopK;
-    g1.hidden = P::kHidden;
-    g1.zero_sums = 1;
     int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
                                                         rows, stream);
     if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
@@ -72,17 +64,15 @@ struct Pipeline {
     g2.row_weight = r.row_weight;
     g2.out = ws.y;
     g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
-    g2.arrivals = ws.arrivals;
-    g2.token_row = r.token_row;
-    g2.row_token = r.row_token;
-    g2.layer_out = static_cast<__nv_bfloat16*>(out);
-    g2.num_tokens = T;
-    g2.top_k = P::kTopK;
-    g2.hidden = P::kHidden;
-    g2.zero_sums = 0;
     rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
+
+    const long vecs = long(T) * (P::kHidden / 8);
+    const cudaError_t e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
+                                     static_cast<const int32_t*>(r.token_row), static_cast<const float*>(ws.y),
+                                     static_cast<__nv_bfloat16*>(out));
+    if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
     return 0;
   }
 };

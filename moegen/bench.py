@@ -111,11 +111,13 @@ def input_sets(layer: MoeLayer, w: Weights, T: int, kernels: tuple[int, int], ro
 
 def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceilings, reps: int = 30,
                  rotations: int = 8, seed: int = 0, warm_seconds: float = 5.0, min_seconds: float = 0.3,
-                 rounds: int = 4, log=print) -> list[BenchRow]:
+                 rounds: int = 4, settle_seconds: float = 0.2, log=print) -> list[BenchRow]:
     """Rows for every (T, library), all on one set of weights and inputs per T.  The libraries must
     build the same spec.  Per T they take turns in `rounds` windows each, in the order A B, B A, A B,
     ...: one window per library drifted with the power state (two builds of the same kernels differed
-    by 5 % at T = 64 on the H200), alternating windows share the drift."""
+    by 5 % at T = 64 on the H200), alternating windows share the drift.  Before the windows of a T,
+    every library's graphs replay for settle_seconds: capturing them idles the GPU, and the first
+    window after that ran at a boost clock the others did not get."""
     specs = {label: layer.spec.to_dict() for label, layer in layers.items()}
     if len({str(s) for s in specs.values()}) != 1:
         raise ValueError(f"bench: the libraries build different specs: {sorted(specs)}")
@@ -131,6 +133,8 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
         for T in tokens:
             sets = {label: input_sets(layer, w, T, layer.choose_kernels(T), rotations, seed)
                     for label, layer in layers.items()}
+            if settle_seconds > 0:
+                warm_up([g for s in sets.values() for g in s.graphs], settle_seconds)
             windows: dict[str, list] = {label: [] for label in layers}
             order = list(layers)
             for r in range(rounds):

@@ -172,6 +172,8 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
               help="replay rounds per timed window (at least)")
 @click.option("--rounds", type=click.IntRange(min=1), default=4, show_default=True,
               help="timed windows per library and T, the libraries taking turns (A B, B A, ...)")
+@click.option("--settle-seconds", type=click.FloatRange(min=0), default=0.2, show_default=True,
+              help="per T, every library's graphs replay this long before the timed windows")
 @click.option("--warm-seconds", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="back-to-back replays of the largest T before timing: the GPU's serving clock and power")
 @click.option("--compare", "compare", multiple=True, metavar="LABEL=DIR",
@@ -179,7 +181,8 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write results as JSON")
 @_out_option
 @_one_line_errors
-def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, warm_seconds, compare, json_out, out_root) -> None:
+def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, settle_seconds, warm_seconds, compare, json_out,
+          out_root) -> None:
     """Time the built layer (CUDA-graph replay at steady state, median) against the measured floor."""
     import json
 
@@ -197,7 +200,8 @@ def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, warm_sec
         layers[label] = load(Path(path), spec=spec)
     ceilings = measure_ceilings()
     click.echo(f"measured ceilings: {ceilings.read_tbs:.2f} TB/s read, {ceilings.bf16_tflops:.0f} bf16 TFLOP/s")
-    rows = bench_layers(layers, token_list, ceilings, reps=reps, rounds=rounds, warm_seconds=warm_seconds,
+    rows = bench_layers(layers, token_list, ceilings, reps=reps, rounds=rounds, settle_seconds=settle_seconds,
+                        warm_seconds=warm_seconds,
                         log=lambda m: click.echo(m, err=True))
     click.echo(markdown_table(rows))
     if json_out:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from moegen.mxfp4 import dequantize
+from moegen.fp8 import round_trip_per_token
 from moegen.mxfp8 import round_trip_mxfp8
 from moegen.spec import ModelSpec
 
@@ -164,7 +165,7 @@ def activation(spec: ModelSpec, gate: Tensor, up: Tensor) -> Tensor:
     return gate * torch.sigmoid(a.alpha * gate) * (up + 1)  # swiglu_oai
 
 
-ACTIVATION_FORMATS = ("bf16", "mxfp8")
+ACTIVATION_FORMATS = ("bf16", "mxfp8", "fp8")
 
 
 def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tensor, w2: Tensor,
@@ -173,7 +174,9 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
 
     activation_format "mxfp8": the GEMMs' activations are quantized as the SM100 layer quantizes them
     (the hidden states before GEMM1, the SwiGLU output before GEMM2: moegen.mxfp8), then the
-    arithmetic is exact; "bf16": the hidden states as given."""
+    arithmetic is exact; "fp8": the same two, per row to e4m3 with an fp32 scale (W4A8: moegen.fp8;
+    pass the folded weights, moegen.fp8.unfold, to match its kernels); "bf16": the hidden states as
+    given."""
     if activation_format not in ACTIVATION_FORMATS:
         raise ValueError(f"activation_format {activation_format!r}: expected one of {ACTIVATION_FORMATS}")
     H, I, E_local = spec.hidden_size, spec.local_intermediate, spec.local_experts
@@ -189,8 +192,8 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
     _check_optional("b2", b2, spec.gemm2_bias, (E_local, H), "gemm2 bias")
 
     f64 = dict(dtype=torch.float64, device=hidden.device)
-    mx = activation_format == "mxfp8"
-    x_all, weights = (round_trip_mxfp8(hidden) if mx else hidden).to(**f64), weights.to(**f64)
+    quantized = {"bf16": lambda t: t, "mxfp8": round_trip_mxfp8, "fp8": round_trip_per_token}[activation_format]
+    x_all, weights = quantized(hidden).to(**f64), weights.to(**f64)
     ids = ids.to(device=hidden.device, dtype=torch.int64)
     out = torch.zeros(T, H, **f64)
     for e in range(E_local):
@@ -201,7 +204,7 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
         if b13 is not None:
             gu = gu + b13[e].to(**f64)
         h = activation(spec, gu[:, :I], gu[:, I:])
-        y = (round_trip_mxfp8(h) if mx else h) @ w2[e].to(**f64).T
+        y = quantized(h) @ w2[e].to(**f64).T
         if b2 is not None:
             y = y + b2[e].to(**f64)
         out.index_add_(0, tokens, y * weights[tokens, slots].unsqueeze(1))

@@ -1,0 +1,115 @@
+"""W4A8's e4m3 operands (moegen.fp8): MXFP4 weights folded into e4m3 with a per-expert residual
+exponent, exact within 15 binades of the expert's top group and rounded below; activations per row."""
+import pytest
+import torch
+
+from moegen import fp8, mxfp4, reference
+from moegen.spec import load_model
+
+
+def _mxfp4(codes, exponents):
+    """packed/scales [E, N, K/2], [E, N, K/32] from e2m1 codes [E, N, K] and group exponents [E, N, K/32]."""
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+    return packed, (exponents + mxfp4.E8M0_BIAS).to(torch.uint8)
+
+
+def _random_mxfp4(E, N, K, spread, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 16, (E, N, K), generator=g)
+    exps = torch.randint(-(spread // 2), spread - spread // 2, (E, N, K // 32), generator=g)  # spread values
+    return _mxfp4(codes, exps)
+
+
+def test_groups_within_fifteen_binades_of_the_top_fold_exactly():
+    packed, scales = _random_mxfp4(3, 8, 256, spread=15)
+    w, r = fp8.fold_mxfp4(packed, scales)
+    assert w.dtype == torch.float8_e4m3fn and w.shape == (3, 8, 256)
+    assert torch.equal(fp8.unfold(w, r), mxfp4.dequantize(packed, scales).to(torch.float64))
+    assert fp8.fold_report(scales)["inexact"] == 0
+    packed, scales = _random_mxfp4(3, 8, 256, spread=16)  # one binade more: some groups lose bits
+    w, r = fp8.fold_mxfp4(packed, scales)
+    assert fp8.fold_report(scales)["inexact"] > 0
+    assert not torch.equal(fp8.unfold(w, r), mxfp4.dequantize(packed, scales).to(torch.float64))
+
+
+def test_the_top_group_reaches_384_and_nothing_saturates():
+    codes = torch.full((1, 1, 32), 7)  # e2m1 6.0
+    packed, scales = _mxfp4(codes, torch.full((1, 1, 1), 5))
+    w, r = fp8.fold_mxfp4(packed, scales)
+    assert int(r[0]) == 5 - fp8.FOLD_HEADROOM
+    assert torch.all(w.to(torch.float64) == 384.0)
+
+
+def test_a_group_nine_binades_too_deep_rounds_on_the_subnormal_grid():
+    # expert top at exponent 0 (r = -6); the second group at exponent -15: d = -9
+    codes = torch.tensor([1, 2, 3, 4, 5, 6, 7] + [0] * 25 + [7] * 32).view(1, 1, 64)
+    packed, scales = _mxfp4(codes, torch.tensor([-15, 0]).view(1, 1, 2))
+    w, r = fp8.fold_mxfp4(packed, scales)
+    got = fp8.unfold(w, r)[0, 0, :7] / 2.0 ** -15
+    # 0.5 * 2^-9 = 2^-10 ties to zero; 1.5 * 2^-9 = 3 * 2^-10 ties to 2^-8; the rest are on the grid
+    assert got.tolist() == [0.0, 1.0, 2.0, 2.0, 3.0, 4.0, 6.0]
+    assert fp8.fold_report(scales) == dict(groups=2, inexact=1, deepest_d=-9)
+
+
+def test_a_group_thirteen_binades_too_deep_flushes_to_zero():
+    codes = torch.tensor(list(range(1, 8)) * 4 + [4] * 4 + [7] * 32).view(1, 1, 64)
+    packed, scales = _mxfp4(codes, torch.tensor([-19, 0]).view(1, 1, 2))  # d = -13: 6 * 2^-13 < 2^-10
+    w, r = fp8.fold_mxfp4(packed, scales)
+    assert torch.all(fp8.unfold(w, r)[0, 0, :32] == 0)
+    assert not torch.any(fp8.unfold(w, r)[0, 0, 32:] == 0)
+
+
+def test_each_expert_has_its_own_residual():
+    codes = torch.full((2, 1, 32), 2)  # 1.0
+    packed, scales = _mxfp4(codes, torch.tensor([[[-30]], [[40]]]))
+    w, r = fp8.fold_mxfp4(packed, scales)
+    assert r.tolist() == [-36, 34]
+    assert torch.equal(fp8.unfold(w, r), mxfp4.dequantize(packed, scales).to(torch.float64))
+
+
+@pytest.mark.parametrize("bad, why", [
+    (lambda p, s: (p, s.clone().fill_(255)), "NaN"),
+    (lambda p, s: (p, s[..., :1]), "needs scales"),
+    (lambda p, s: (p.float(), s), "uint8"),
+])
+def test_bad_mxfp4_input_is_named(bad, why):
+    packed, scales = _random_mxfp4(1, 2, 64, spread=3)
+    with pytest.raises(ValueError, match=why):
+        fp8.fold_mxfp4(*bad(packed, scales))
+
+
+def test_per_token_rows_round_within_e4m3_precision():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 300, generator=g, dtype=torch.float64) * torch.tensor([1e-3, 1.0, 30.0, 1e4, 0.0]).view(5, 1)
+    q, scale = fp8.quantize_per_token(x)
+    assert q.dtype == torch.float8_e4m3fn and scale.shape == (5,) and float(scale[4]) == 1.0
+    rt = fp8.round_trip_per_token(x)
+    amax = x.abs().amax(dim=1, keepdim=True)
+    assert torch.all(rt.abs().amax(dim=1, keepdim=True) <= amax * (1 + 1e-6))
+    # 3 mantissa bits: half an ulp is 2^-4 relative for normals, 2^-10 * scale absolute below them
+    bound = torch.maximum(x.abs() * 2.0 ** -4, scale.double().unsqueeze(1) * 2.0 ** -10)
+    assert torch.all((rt - x).abs() <= bound * (1 + 1e-6))
+    assert torch.all(rt[4] == 0)
+
+
+def test_reference_fp8_mode_quantizes_both_activations():
+    spec = load_model("qwen3-30b-a3b").with_parallel(ep_size=16, ep_rank=0)  # 8 local experts
+    g = torch.Generator().manual_seed(2)
+    T, H, I, E = 3, spec.hidden_size, spec.local_intermediate, spec.local_experts
+    hidden = torch.randn(T, H, generator=g, dtype=torch.float64)
+    w13 = torch.randn(E, 2 * I, H, generator=g, dtype=torch.float64) / H ** 0.5
+    w2 = torch.randn(E, H, I, generator=g, dtype=torch.float64) / I ** 0.5
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7]] * T)
+    weights = torch.rand(T, spec.top_k, generator=g, dtype=torch.float64)
+    got = reference.moe(spec, hidden, ids, weights, w13, w2, activation_format="fp8")
+    expect = torch.zeros(T, H, dtype=torch.float64)
+    x = fp8.round_trip_per_token(hidden)
+    for t in range(T):
+        for k, e in enumerate(ids[t].tolist()):
+            gu = w13[e] @ x[t]
+            h = reference.activation(spec, gu[:I], gu[I:])
+            expect[t] += weights[t, k] * (w2[e] @ fp8.round_trip_per_token(h))
+    torch.testing.assert_close(got, expect, rtol=1e-12, atol=1e-12)
+    exact = reference.moe(spec, hidden, ids, weights, w13, w2)
+    err = float((got - exact).norm() / exact.norm())
+    assert 5e-3 < err < 6e-2  # e4m3 activations: a few percent, far above bf16's 2e-3

@@ -113,3 +113,27 @@ def test_reference_fp8_mode_quantizes_both_activations():
     exact = reference.moe(spec, hidden, ids, weights, w13, w2)
     err = float((got - exact).norm() / exact.norm())
     assert 5e-3 < err < 6e-2  # e4m3 activations: a few percent, far above bf16's 2e-3
+
+
+def _e4m3(byte: int) -> float:
+    return float(torch.tensor([byte], dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64))
+
+
+def test_an_e2m1_code_placed_into_an_e4m3_byte_is_its_value_times_2_to_the_minus_6():
+    for code in range(16):
+        sign, e, m = code >> 3, (code >> 1) & 3, code & 1
+        byte = sign << 7 | e << 3 | m << 2
+        assert _e4m3(byte) == float(mxfp4.E2M1_VALUES[code]) * 2.0 ** -6, code
+
+
+def test_the_exponent_add_folds_codes_from_one_up_when_d_is_at_least_minus_6():
+    normal = set()
+    for d in range(fp8.EXACT_MIN_D, fp8.FOLD_HEADROOM + 1):
+        for code in range(2, 8):  # 1.0 ... 6.0
+            e, m = code >> 1, code & 1
+            exponent = e + d + 6
+            if 1 <= exponent <= 15:  # the add leaves a normal e4m3 byte: it must be the folded value
+                assert _e4m3(exponent << 3 | m << 2) == float(mxfp4.E2M1_VALUES[code]) * 2.0 ** d, (d, code)
+                normal.add((d, code))
+    assert {(d, c) for d in range(-6, 7) for c in range(2, 8)} <= normal
+    assert (-7, 2) not in normal and (-7, 3) not in normal  # 1.0, 1.5 at d = -7: the table's

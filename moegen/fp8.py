@@ -49,8 +49,7 @@ def fold_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor
     weights are w_e4m3 * 2^r[e]."""
     _check_mxfp4(packed, scales)
     r = residual_exponents(scales)
-    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2).to(torch.int64)
-    values = mxfp4.E2M1_VALUES.to(packed.device)[codes].to(torch.float64)
+    values = mxfp4.E2M1_VALUES.to(packed.device)[mxfp4.unpack_codes(packed)].to(torch.float64)
     d = scales.to(torch.int32) - mxfp4.E8M0_BIAS - r.view(-1, 1, 1)  # <= FOLD_HEADROOM
     # 2^d exactly in float64 (d >= -254 - 6), the product exact too; float64 -> e4m3 rounds once
     # (torch rounds to nearest even, subnormals included).

@@ -75,6 +75,11 @@ def _pow2(exp: torch.Tensor) -> torch.Tensor:
     return ((exp.to(torch.int64) + 1023) << 52).view(torch.float64)
 
 
+def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
+    """e2m1 codes (int64 [..., K]) of packed bytes [..., K/2]: low nibble first."""
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2).to(torch.int64)
+
+
 def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """Inverse of quantize: float32 [..., K]. e8m0 255 (NaN per the spec) gives NaN.
 
@@ -91,8 +96,7 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
                          f"a multiple of {BLOCK // 2} and scales shape {expected}, got packed "
                          f"{tuple(packed.shape)} and scales {tuple(scales.shape)}")
 
-    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)
-    values = E2M1_VALUES.to(packed.device)[codes.to(torch.int64)]
+    values = E2M1_VALUES.to(packed.device)[unpack_codes(packed)]
     # Build 2^(e8m0-127) from float32 bits: exact, including 2^-127 (subnormal) and NaN for 255.
     e = scales.to(torch.int32)
     bits = torch.where(e == 0, torch.full_like(e, 1 << 22), e << 23)

@@ -104,14 +104,13 @@ class GpuMonitor:
     def summary_over(self, spans: list[tuple[float, float]], energy_j: float | None) -> PowerState:
         """One summary of the samples in several windows (a benchmark's interleaved rounds)."""
         window = [s for s in self.samples if any(t0 <= s[0] <= t1 for t0, t1 in spans)]
-        energy = energy_j
         if not window:
-            return PowerState(energy_j=energy)
+            return PowerState(energy_j=energy_j)
         mhz = [s[1] for s in window]
         return PowerState(sm_mhz_min=min(mhz), sm_mhz_median=statistics.median(mhz),
                           power_w_median=statistics.median(s[2] for s in window),
                           power_capped_share=sum(1 for s in window if s[3] & SW_POWER_CAP) / len(window),
-                          energy_j=energy)
+                          energy_j=energy_j)
 
     def close(self) -> None:
         self._stop.set()

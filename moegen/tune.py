@@ -245,7 +245,8 @@ def merge_tables(older: dict, newer: dict) -> dict:
 
 def resumable_table(path: Path, kernel_names: list[str]) -> tuple[dict | None, str]:
     """The user table a tune of the same GPU and problem adds its buckets to, or None and why not:
-    its picks must all be kernels of the library being tuned."""
+    its picks must all be kernels of the library being tuned.  Its timings of other kernels are
+    dropped, so the merge and the compaction pick only kernels this library has."""
     if not path.is_file():
         return None, ""
     try:
@@ -255,7 +256,9 @@ def resumable_table(path: Path, kernel_names: list[str]) -> tuple[dict | None, s
     missing = sorted({b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")} - set(kernel_names))
     if missing:
         return None, f"replacing {path}: it picks {missing[0]}, which this library does not have"
-    return table, f"adding the tuned buckets to {path}"
+    names = set(kernel_names)
+    kept = [m for m in table["measurements"] if m[1] in names and m[2] in names]
+    return dict(table, measurements=kept), f"adding the tuned buckets to {path}"
 
 
 def save_table(root: Path, table: dict) -> Path:

@@ -292,7 +292,13 @@ def test_a_tune_resumes_a_table_only_when_the_library_has_its_picks(tmp_path):
     path = tune.save_table(tmp_path, table)
     found, note = tune.resumable_table(path, NAMES)
     assert found == json.loads(path.read_text()) and str(path) in note
-    picks = {b["gemm1"] for b in table["buckets"]}
+    picks = {b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")}
+    fewer = sorted(picks | {NAMES[0], NAMES[-1]})  # a library with the picks and little else
+    found, _ = tune.resumable_table(path, fewer)
+    assert found["buckets"] == table["buckets"] and found["measurements"]
+    assert all(m[1] in fewer and m[2] in fewer for m in found["measurements"])
+    assert {b[g] for b in tune.merge_tables(found, _table(buckets=(256,))[0])["buckets"][:2]
+            for g in ("gemm1", "gemm2")} <= set(fewer)
     found, note = tune.resumable_table(path, [n for n in NAMES if n not in picks])
     assert found is None and "does not have" in note
     path.write_text("{")

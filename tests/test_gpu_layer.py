@@ -107,7 +107,7 @@ def test_every_kernel_is_correct(variant):
             check(variant, T, kernels=(a, b), seed_offset=a)
 
 
-@pytest.mark.parametrize("T", (64, 1024))  # 1024: 6144 expert rows, the persistent grid
+@pytest.mark.parametrize("T", (64, 1024))  # 1024: 6144 expert rows, the many-block routing and scatter
 def test_cuda_graph_replay(T):
     layer, w = _layer("deepseek-v4-flash")
     spec = layer.spec

@@ -122,4 +122,4 @@ SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), 
 SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", compute_capability=(9, 0),
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
-                  launch_params="const moegen::GemmParams*, int, long, cudaStream_t", shortlist=SHORTLIST)
+                  launch_params="const moegen::GemmParams*, int, cudaStream_t", shortlist=SHORTLIST)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import render
-from .arch import get_arch
+from .arch import get_arch, serialization_note
 from .artifact import (ABI_VERSION, MANIFEST_NAME, MANIFEST_SCHEMA, ArtifactError, atomic_write, file_sha256,
                        read_manifest, sha256_bytes)
 from .naming import GEMMS, KernelConfig
@@ -425,7 +425,8 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
                     result.resources[step.name] = res
                     note = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
                     note += f", {res['stack_bytes']} B STACK FRAME (local memory)" if res["stack_bytes"] else ""
-                    note += ", WGMMA SERIALIZED (ptxas C751x)" if res["wgmma_serialized"] else ""
+                    note += f", WGMMA SERIALIZED (ptxas C751x: {serialization_note(step.name)})" \
+                        if res["wgmma_serialized"] else ""
                     log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{note}")
                 else:
                     failures.append((step, text))

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .arch import serialization_note
 from .artifact import read_manifest
 
 # The tensor-core MMA each arch's GEMM kernels must contain (SM100: tcgen05.mma kind::mxf8f6f4 is
@@ -90,7 +91,8 @@ def audit_build(out_dir: Path) -> tuple[bool, str]:
         ok = False
     for kernel, res in sorted(m.data.get("resources", {}).items()):
         if res.get("wgmma_serialized"):
-            lines.append(f"ptxas serialized the wgmmas of {kernel} (C751x x{res['wgmma_serialized']})")
+            lines.append(f"ptxas serialized the wgmmas of {kernel} (C751x x{res['wgmma_serialized']}; "
+                         f"{serialization_note(kernel)})")
         if res.get("spill_bytes"):
             lines.append(f"ptxas spilled {res['spill_bytes']} bytes in {kernel}")
             ok = False

@@ -1,5 +1,7 @@
 """Per-arch config space (moegen.arch), the problem's GEMM shapes and canonical kernel names."""
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +294,26 @@ def test_sm100_units_depend_on_the_tile_only():
     assert len(texts) == 1
     text = texts.pop()
     assert "GroupedGemm<256, 128, 128>" in text and "moegen_sm100_gemm2_m256n128k128s0_launch" in text
+
+
+def test_wgmma_serialization_record_matches_ptxas():
+    """The config space's record of where ptxas serializes the wgmmas (sm90.SERIALIZED_WGMMA_TILES)
+    against ptxas's verdicts on whole spaces (tests/data/sm90_wgmma_serialized.json, from the build
+    manifests' resources), at the occupancy those kernels were compiled with."""
+    data = json.loads((Path(__file__).parent / "data" / "sm90_wgmma_serialized.json").read_text())
+    assert len(data["kernels"]) >= 100
+    serialized = 0
+    for key, (blocks, verdict) in data["kernels"].items():
+        cfg = parse_kernel_name(key.split("/")[1])
+        assert cs.launch_resources(cfg)["min_blocks_per_sm"] == blocks, f"{key}: re-measure the record"
+        assert (cs.wgmma_serialization(cfg) is not None) == verdict, key
+        serialized += verdict
+    assert serialized > 0
+
+
+def test_serialization_note():
+    from moegen.arch import serialization_note
+    assert serialization_note("moegen_sm90_gemm1_m64n16k128s4") == \
+        "expected: 4 CTAs per SM leave a consumer thread 96 registers; at 3 ptxas keeps two wgmma batches in flight with 98"
+    assert serialization_note("moegen_sm90_gemm2_m128n64k64s6").startswith("NOT EXPECTED")
+    assert serialization_note("layer") == "not a GEMM kernel"

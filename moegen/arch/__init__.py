@@ -2,6 +2,7 @@
 with their hardware reasons, defaults, resource model, build flags and the weight layout it consumes)."""
 from __future__ import annotations
 
+from ..naming import parse_kernel_name
 from .base import ArchPolicy, Rule
 from .sm90 import SM90
 from .sm100 import SM100
@@ -15,4 +16,14 @@ def get_arch(name: str) -> ArchPolicy:
     return ARCHS[name]
 
 
-__all__ = ["ARCHS", "ArchPolicy", "Rule", "get_arch"]
+def serialization_note(kernel: str) -> str:
+    """What the kernel's arch records about ptxas serializing its wgmmas (ArchPolicy.wgmma_serialization)."""
+    try:
+        cfg = parse_kernel_name(kernel)
+    except ValueError:
+        return "not a GEMM kernel"
+    reason = get_arch(cfg.arch).wgmma_serialization(cfg)
+    return f"expected: {reason}" if reason else f"NOT EXPECTED by the {cfg.arch} config space"
+
+
+__all__ = ["ARCHS", "ArchPolicy", "Rule", "get_arch", "serialization_note"]

@@ -70,6 +70,35 @@ def launch_resources(c: KernelConfig) -> dict:
     return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0)
 
 
+def consumer_register_cap(c: KernelConfig) -> int:
+    """Registers a consumer thread may hold under the register plan: setmaxnreg's with two consumer
+    warpgroups, else the launch bounds' share of the register file in ptxas's units of 8."""
+    r = launch_resources(c)
+    if r["consumer_registers"]:
+        return r["consumer_registers"]
+    return min(255, REGISTER_FILE // (r["min_blocks_per_sm"] * threads(c)) // 8 * 8)
+
+
+# --- where ptxas serializes the wgmmas (C7512: each waits for the previous to retire) ---------------
+# Measured, ptxas -v over the whole space of DeepSeek-V4-Flash and gpt-oss-120b (nvcc 13.0, the
+# one-tile-per-CTA template): only these one-warpgroup tiles, whose planned CTAs per SM leave a
+# consumer thread too few registers for two wgmma batches in flight.  Value: the registers the tile
+# uses unserialized, at one CTA per SM less.  The other tiles need about accumulators + A fragments
+# + 26 (m64n8k128: 94, m64n32k128: 106, m64n128k64: 122) and get it.  The persistent grid's tile loop
+# (gone since 16530ec) serialized every kernel whose K tiles fill whole ring passes as well.
+SERIALIZED_WGMMA_TILES = {(64, 16, 128): 98, (64, 32, 64): 74}
+
+
+def wgmma_serialization(c: KernelConfig) -> str | None:
+    """Why ptxas serializes this kernel's wgmmas, or None where it does not (SERIALIZED_WGMMA_TILES)."""
+    unserialized = SERIALIZED_WGMMA_TILES.get((c.block_m, c.block_n, c.block_k))
+    if unserialized is None:
+        return None
+    blocks = launch_resources(c)["min_blocks_per_sm"]
+    return (f"{blocks} CTAs per SM leave a consumer thread {consumer_register_cap(c)} registers; at {blocks - 1} "
+            f"ptxas keeps two wgmma batches in flight with {unserialized}")
+
+
 def _k_padded(k: int) -> int:
     return LAYOUT.padded(0, k)[1]
 
@@ -122,4 +151,5 @@ SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), 
 SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", compute_capability=(9, 0),
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
-                  launch_params="const moegen::GemmParams*, int, cudaStream_t", shortlist=SHORTLIST)
+                  launch_params="const moegen::GemmParams*, int, cudaStream_t", shortlist=SHORTLIST,
+                  wgmma_serialization=wgmma_serialization)

@@ -133,7 +133,7 @@ def test_gemm_source(cfg, epilogue, n, k, n_pad, k_pad):
                                                  r["consumer_registers"])
     m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue>", text)
     assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)
-    assert f'extern "C" int {cfg.name}_launch(const moegen::GemmParams* params, int max_work, cudaStream_t' in text
+    assert f'extern "C" int {cfg.name}_launch(const moegen::GemmParams* params, int max_work, long rows,' in text
     assert f"arch::{epilogue}<moegen_generated::EpilogueProblem>" in text
     e = constants(text)
     assert (e["kHidden"], e["kInter"], e["kActivation"], e["kAlpha"], e["kLimit"]) == \
@@ -158,7 +158,7 @@ def test_layer_source_kernel_table():
     configs = default_configs(spec, "sm90")
     text = render.layer_source(spec, "sm90", configs)
     for c in configs:
-        assert f'extern "C" int {c.name}_launch(const moegen::GemmParams*, int, cudaStream_t);' in text
+        assert f'extern "C" int {c.name}_launch(const moegen::GemmParams*, int, long, cudaStream_t);' in text
         assert f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, reinterpret_cast<const void*>({c.name}_launch)}},' in text
     # Table order is the config order: the runtime indexes kernels by position.
     positions = [text.index(f'{{"{c.name}"') for c in configs]

@@ -39,6 +39,10 @@ step pytest
 [ -n "${SKIP_PYTEST:-}" ] || run python3 -m pytest -m gpu tests/test_gpu_layer.py -q -s ${PYTEST_K:+-k "$PYTEST_K"} \
   > "$OUT/pytest.log" 2>&1
 grep -E "seed|passed|failed|Error" "$OUT/pytest.log" 2>/dev/null | tail -4
+# the persistent grid, forced, on a model with short-K kernels (the layer picks it from 4096 expert rows)
+[ -n "${SKIP_PYTEST:-}" ] || MOEGEN_GRID=persistent run python3 -m pytest -m gpu tests/test_gpu_layer.py -q \
+  -k "layer_matches_reference and qwen3" > "$OUT/pytest_persistent.log" 2>&1
+tail -1 "$OUT/pytest_persistent.log" 2>/dev/null
 
 step sanitizer
 [ -n "${SKIP_SANITIZER:-}" ] || run compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -80,12 +80,14 @@ def consumer_register_cap(c: KernelConfig) -> int:
 
 
 # --- where ptxas serializes the wgmmas (C7512: each waits for the previous to retire) ---------------
-# Measured, ptxas -v over the whole space of DeepSeek-V4-Flash and gpt-oss-120b (nvcc 13.0, the
-# one-tile-per-CTA template): only these one-warpgroup tiles, whose planned CTAs per SM leave a
+# Measured, ptxas -v over the whole spaces of DeepSeek-V4-Flash and gpt-oss-120b (nvcc 13.0): only
+# these one-warpgroup tiles, whose planned CTAs per SM leave a
 # consumer thread too few registers for two wgmma batches in flight.  Value: the registers the tile
 # uses unserialized, at one CTA per SM less.  The other tiles need about accumulators + A fragments
-# + 26 (m64n8k128: 94, m64n32k128: 106, m64n128k64: 122) and get it.  The persistent grid's tile loop
-# (gone since 16530ec) serialized every kernel whose K tiles fill whole ring passes as well.
+# + 26 (m64n8k128: 94, m64n32k128: 106, m64n128k64: 122) and get it.  Unserialized at one CTA per SM
+# less, these tiles were not faster (H200: 4.5 % slower at T = 256 on Qwen3-30B-A3B), so occupancy
+# stays.  The persistent grid's tile loop serializes too; the template keeps it for K loops of at
+# most 12 tiles (kPersistentMaxKTiles), which none of these whole spaces has.
 SERIALIZED_WGMMA_TILES = {(64, 16, 128): 98, (64, 32, 64): 74}
 
 
@@ -151,5 +153,5 @@ SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), 
 SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", compute_capability=(9, 0),
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
-                  launch_params="const moegen::GemmParams*, int, cudaStream_t", shortlist=SHORTLIST,
+                  launch_params="const moegen::GemmParams*, int, long, cudaStream_t", shortlist=SHORTLIST,
                   wgmma_serialization=wgmma_serialization)

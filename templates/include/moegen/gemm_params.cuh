@@ -25,8 +25,8 @@ struct GemmParams {
   int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
 };
 
-// Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`); `max_work` is the
-// most work tiles the routing can produce, which sizes the grid.
-typedef int (*GemmLaunch)(const GemmParams* params, int max_work, cudaStream_t stream);
+// Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`).  `rows` is the
+// layer's expert rows (tokens x top_k): the arch decides its grid policy from it.
+typedef int (*GemmLaunch)(const GemmParams* params, int max_work, long rows, cudaStream_t stream);
 
 }  // namespace moegen

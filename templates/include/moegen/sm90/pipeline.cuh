@@ -47,7 +47,7 @@ struct Pipeline {
     g1.out = ws.h;
     g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
     int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
-                                                        stream);
+                                                        rows, stream);
     if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
 
     GemmParams g2{};
@@ -64,7 +64,7 @@ struct Pipeline {
     g2.row_weight = r.row_weight;
     g2.out = ws.y;
     g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
-    rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts),
+    rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
 

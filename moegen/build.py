@@ -38,7 +38,8 @@ from .arch import get_arch, serialization_note
 from .artifact import (ABI_VERSION, MANIFEST_NAME, MANIFEST_SCHEMA, ArtifactError, atomic_write, file_sha256,
                        read_manifest, sha256_bytes)
 from .naming import GEMMS, KernelConfig
-from .spec import ModelSpec
+from .problem import gemm_shapes
+from .spec import ModelSpec, model_from_dict
 
 BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC",
               "-Xptxas=-v", "-lineinfo")
@@ -415,6 +416,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
                 f" ({len(result.reused)} cached)")
         start = time.monotonic()
         failures = []
+        shapes = gemm_shapes(model_from_dict(plan.manifest["spec"]))
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(_compile_one, plan, c) for c in todo]
             for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
@@ -425,7 +427,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
                     result.resources[step.name] = res
                     note = f", {res['spill_bytes']} B SPILLED" if res["spill_bytes"] else ""
                     note += f", {res['stack_bytes']} B STACK FRAME (local memory)" if res["stack_bytes"] else ""
-                    note += f", WGMMA SERIALIZED (ptxas C751x: {serialization_note(step.name)})" \
+                    note += f", WGMMA SERIALIZED (ptxas C751x: {serialization_note(step.name, shapes)})" \
                         if res["wgmma_serialized"] else ""
                     log(f"[{i}/{len(todo)}] {step.name}: {secs:.0f} s, {res['max_registers']} registers{note}")
                 else:

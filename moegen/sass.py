@@ -11,6 +11,8 @@ from pathlib import Path
 
 from .arch import serialization_note
 from .artifact import read_manifest
+from .problem import gemm_shapes
+from .spec import model_from_dict
 
 # The tensor-core MMA each arch's GEMM kernels must contain (SM100: tcgen05.mma kind::mxf8f6f4 is
 # UTCQMMA, .2CTA on a 2-SM pair), and how their kernels' names read.
@@ -89,10 +91,11 @@ def audit_build(out_dir: Path) -> tuple[bool, str]:
     if gemms < len({k for k in m.kernels}):  # every GEMM unit of the build must be there
         lines.append(f"only {gemms} GEMM kernels in the SASS for {len(m.kernels)} in the manifest")
         ok = False
+    shapes = gemm_shapes(model_from_dict(m.spec))
     for kernel, res in sorted(m.data.get("resources", {}).items()):
         if res.get("wgmma_serialized"):
             lines.append(f"ptxas serialized the wgmmas of {kernel} (C751x x{res['wgmma_serialized']}; "
-                         f"{serialization_note(kernel)})")
+                         f"{serialization_note(kernel, shapes)})")
         if res.get("spill_bytes"):
             lines.append(f"ptxas spilled {res['spill_bytes']} bytes in {kernel}")
             ok = False

@@ -297,18 +297,27 @@ def test_sm100_units_depend_on_the_tile_only():
 
 
 def test_wgmma_serialization_record_matches_ptxas():
-    """The config space's record of where ptxas serializes the wgmmas (sm90.SERIALIZED_WGMMA_TILES)
-    against ptxas's verdicts on whole spaces (tests/data/sm90_wgmma_serialized.json, from the build
-    manifests' resources), at the occupancy those kernels were compiled with."""
+    """The config space's record of where ptxas serializes the wgmmas (sm90.SERIALIZED_WGMMA_TILES and
+    the persistent tile loop) against ptxas's verdicts (tests/data/sm90_wgmma_serialized.json, from
+    builds' resources), at the occupancy those kernels were compiled with: every serialized kernel has
+    its recorded cause, and every kernel without a tile loop is serialized exactly when recorded (ptxas
+    keeps some tile loops unserialized, so those may go either way)."""
     data = json.loads((Path(__file__).parent / "data" / "sm90_wgmma_serialized.json").read_text())
-    assert len(data["kernels"]) >= 100
-    serialized = 0
+    assert len(data["kernels"]) >= 200
+    serialized = tile_loops = 0
     for key, (blocks, verdict) in data["kernels"].items():
-        cfg = parse_kernel_name(key.split("/")[1])
+        model, name = key.split("/")
+        cfg = parse_kernel_name(name)
+        shape = gemm_shapes(load_model(model))[cfg.gemm]
         assert cs.launch_resources(cfg)["min_blocks_per_sm"] == blocks, f"{key}: re-measure the record"
-        assert (cs.wgmma_serialization(cfg) is not None) == verdict, key
+        reason = cs.wgmma_serialization(cfg, shape)
+        if cs.persistent_tile_loop(cfg, shape) and (cfg.block_m, cfg.block_n, cfg.block_k) not in cs.SERIALIZED_WGMMA_TILES:
+            tile_loops += 1
+            assert reason is not None and "tile loop" in reason, key
+        else:
+            assert (reason is not None) == verdict, key
         serialized += verdict
-    assert serialized > 0
+    assert serialized > 0 and tile_loops > 0
 
 
 def test_serialization_note():
@@ -316,4 +325,22 @@ def test_serialization_note():
     assert serialization_note("moegen_sm90_gemm1_m64n16k128s4") == \
         "expected: 4 CTAs per SM leave a consumer thread 96 registers; at 3 ptxas keeps two wgmma batches in flight with 98"
     assert serialization_note("moegen_sm90_gemm2_m128n64k64s6").startswith("NOT EXPECTED")
+    qwen3 = gemm_shapes(load_model("qwen3-30b-a3b"))  # GEMM2's K = 768: 12 K tiles of 64, a tile loop at s6
+    assert serialization_note("moegen_sm90_gemm2_m128n64k64s6", qwen3) == \
+        "expected: the persistent grid's tile loop (12 K tiles, at most 12); kept for short K loops, where it was faster"
+    assert serialization_note("moegen_sm90_gemm2_m128n64k64s8", qwen3).startswith("NOT EXPECTED")  # 12 % 8: no loop
     assert serialization_note("layer") == "not a GEMM kernel"
+
+
+def test_persistent_tile_loop_mirrors_the_template():
+    """sm90.persistent_tile_loop is the template's kPersistent: one constant in two languages."""
+    import re
+    header = Path(__file__).parents[1] / "templates" / "include" / "moegen" / "sm90" / "grouped_gemm.cuh"
+    m = re.search(r"kPersistentMaxKTiles = (\d+);", header.read_text())
+    assert m and int(m.group(1)) == cs.PERSISTENT_MAX_K_TILES
+    qwen3 = gemm_shapes(load_model("qwen3-30b-a3b"))["gemm2"]  # K = 768
+    assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s6"), qwen3)  # 12 tiles
+    assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k128s6"), qwen3)  # 6 tiles
+    assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), qwen3)  # 12 % 8
+    dsv4 = gemm_shapes(load_model("deepseek-v4-flash"))["gemm2"]  # K = 2048: 32 tiles of 64
+    assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), dsv4)

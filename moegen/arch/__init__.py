@@ -16,13 +16,14 @@ def get_arch(name: str) -> ArchPolicy:
     return ARCHS[name]
 
 
-def serialization_note(kernel: str) -> str:
-    """What the kernel's arch records about ptxas serializing its wgmmas (ArchPolicy.wgmma_serialization)."""
+def serialization_note(kernel: str, shapes: dict | None = None) -> str:
+    """What the kernel's arch records about ptxas serializing its wgmmas (ArchPolicy.wgmma_serialization);
+    shapes: the layer's GEMM shapes (moegen.problem.gemm_shapes), which tell whether a tile loop exists."""
     try:
         cfg = parse_kernel_name(kernel)
     except ValueError:
         return "not a GEMM kernel"
-    reason = get_arch(cfg.arch).wgmma_serialization(cfg)
+    reason = get_arch(cfg.arch).wgmma_serialization(cfg, (shapes or {}).get(cfg.gemm))
     return f"expected: {reason}" if reason else f"NOT EXPECTED by the {cfg.arch} config space"
 
 

@@ -33,9 +33,9 @@ class ArchPolicy:
     # (block_m, block_n, block_k, stages) worth timing first: `moegen tune --kernels shortlist` times the
     # valid ones, a fraction of the space, for GPUs and problems without a table of their own.
     shortlist: tuple = ()
-    # KernelConfig -> why ptxas serializes its wgmmas (measured), or None: build and sass logs say
-    # whether a serialized kernel was expected.
-    wgmma_serialization: Callable[[KernelConfig], str | None] = lambda c: None
+    # (KernelConfig, its GemmShape or None) -> why ptxas serializes its wgmmas (measured), or None:
+    # build and sass logs say whether a serialized kernel was expected.
+    wgmma_serialization: Callable[[KernelConfig, "GemmShape | None"], str | None] = lambda c, shape=None: None
 
     def rejection_reason(self, c: KernelConfig, shape: GemmShape) -> str | None:
         for field, allowed in self.axes.items():

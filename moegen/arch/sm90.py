@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..layout import SM90_ATOMS
 from ..naming import KernelConfig
+from ..problem import GemmShape
 from .base import ArchPolicy, Rule
 
 LAYOUT = SM90_ATOMS
@@ -80,25 +81,44 @@ def consumer_register_cap(c: KernelConfig) -> int:
 
 
 # --- where ptxas serializes the wgmmas (C7512: each waits for the previous to retire) ---------------
-# Measured, ptxas -v over the whole spaces of DeepSeek-V4-Flash and gpt-oss-120b (nvcc 13.0): only
-# these one-warpgroup tiles, whose planned CTAs per SM leave a
-# consumer thread too few registers for two wgmma batches in flight.  Value: the registers the tile
-# uses unserialized, at one CTA per SM less.  The other tiles need about accumulators + A fragments
-# + 26 (m64n8k128: 94, m64n32k128: 106, m64n128k64: 122) and get it.  Unserialized at one CTA per SM
-# less, these tiles were not faster (H200: 4.5 % slower at T = 256 on Qwen3-30B-A3B), so occupancy
-# stays.  The persistent grid's tile loop serializes too; the template keeps it for K loops of at
-# most 12 tiles (kPersistentMaxKTiles), which none of these whole spaces has.
+# Measured, ptxas -v over the whole spaces of DeepSeek-V4-Flash and gpt-oss-120b and Qwen3-30B-A3B's
+# shortlist (nvcc 13.0).  Two causes:
+# 1. These one-warpgroup tiles, whose planned CTAs per SM leave a consumer thread too few registers
+#    for two wgmma batches in flight.  Value: the registers the tile uses unserialized, at one CTA per
+#    SM less.  The other tiles need about accumulators + A fragments + 26 (m64n8k128: 94, m64n32k128:
+#    106, m64n128k64: 122) and get it.  Unserialized at one CTA per SM less, these tiles were not
+#    faster (H200: 4.5 % slower at T = 256 on Qwen3-30B-A3B), so occupancy stays.
 SERIALIZED_WGMMA_TILES = {(64, 16, 128): 98, (64, 32, 64): 74}
+# 2. The persistent grid's tile loop, which the template keeps only for short K loops that fill whole
+#    ring passes (kPersistent in sm90/grouped_gemm.cuh, whose kPersistentMaxKTiles this mirrors).
+#    ptxas serializes most such kernels (Qwen3-30B-A3B's GEMM2, K = 768: m64n16k64, m128n32k64,
+#    m128n64k64, m256n64k64, m256n128k64) but not all (m64n8k64s6, m64n8k128s6, m128n128k64s4).  The
+#    loop stays there: it was 3-9 % faster from T = 1024 than one CTA per tile (H200, Qwen3-30B-A3B).
+PERSISTENT_MAX_K_TILES = 12
 
 
-def wgmma_serialization(c: KernelConfig) -> str | None:
-    """Why ptxas serializes this kernel's wgmmas, or None where it does not (SERIALIZED_WGMMA_TILES)."""
+def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
+    return _k_padded(shape.k) // c.block_k
+
+
+def persistent_tile_loop(c: KernelConfig, shape: GemmShape) -> bool:
+    """Whether the kernel has the persistent grid's tile loop (the template's kPersistent)."""
+    tiles = k_tiles(c, shape)
+    return tiles % c.stages == 0 and tiles <= PERSISTENT_MAX_K_TILES
+
+
+def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str | None:
+    """Why ptxas serializes (or, for a tile loop, may serialize) this kernel's wgmmas, or None where it
+    does not.  Without the GEMM's shape only the register cause is known."""
     unserialized = SERIALIZED_WGMMA_TILES.get((c.block_m, c.block_n, c.block_k))
-    if unserialized is None:
-        return None
-    blocks = launch_resources(c)["min_blocks_per_sm"]
-    return (f"{blocks} CTAs per SM leave a consumer thread {consumer_register_cap(c)} registers; at {blocks - 1} "
-            f"ptxas keeps two wgmma batches in flight with {unserialized}")
+    if unserialized is not None:
+        blocks = launch_resources(c)["min_blocks_per_sm"]
+        return (f"{blocks} CTAs per SM leave a consumer thread {consumer_register_cap(c)} registers; at "
+                f"{blocks - 1} ptxas keeps two wgmma batches in flight with {unserialized}")
+    if shape is not None and persistent_tile_loop(c, shape):
+        return (f"the persistent grid's tile loop ({k_tiles(c, shape)} K tiles, at most {PERSISTENT_MAX_K_TILES}); "
+                f"kept for short K loops, where it was faster")
+    return None
 
 
 def _k_padded(k: int) -> int:

@@ -132,6 +132,9 @@ def list_models() -> None:
               help="write the table under this root (configs/dispatch to contribute it) instead of OUT/dispatch")
 @click.option("--warm-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="per bucket, back-to-back replays before timing: the clock and power the GPU serves at")
+@click.option("--settle-seconds", type=click.FloatRange(min=0), default=0.25, show_default=True,
+              help="each candidate's own replays, untimed, right before its timing: capture and verification "
+                   "idle the GPU, which then boosts above the power-capped clock it serves at")
 @click.option("--min-seconds", type=click.FloatRange(min=0), default=0.1, show_default=True,
               help="each candidate's back-to-back replays last at least this long")
 @click.option("--reps", type=click.IntRange(min=1), default=6, show_default=True,
@@ -142,7 +145,7 @@ def list_models() -> None:
 @_out_option
 @_one_line_errors
 def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tolerance, table_root, warm_seconds,
-         min_seconds, reps, rotations, jobs, out_root) -> None:
+         settle_seconds, min_seconds, reps, rotations, jobs, out_root) -> None:
     """Time the kernels per token-count bucket on this GPU; write its dispatch table."""
     import torch
 
@@ -158,7 +161,8 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
                                    "tunes for (build with `moegen build --kernels all` anywhere)")
     path = tune_model(spec, arch, out_root, bucket_list, configs, build_first=not no_build, jobs=jobs,
                       tolerance=tolerance, table_root=table_root, log=lambda m: click.echo(m, err=True),
-                      min_seconds=min_seconds, warm_seconds=warm_seconds, reps=reps, rotations=rotations)
+                      min_seconds=min_seconds, warm_seconds=warm_seconds, settle_seconds=settle_seconds, reps=reps,
+                      rotations=rotations)
     click.echo(str(path))
 
 

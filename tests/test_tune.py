@@ -8,6 +8,7 @@ import pytest
 from moegen import dispatch, tune
 from moegen.arch import get_arch
 from moegen.dispatch import GpuInfo, find_dispatch, heuristic_choice
+from moegen.naming import parse_kernel_name
 from moegen.problem import ProblemKey
 from moegen.spec import load_model
 
@@ -305,3 +306,27 @@ def test_a_tune_resumes_a_table_only_when_the_library_has_its_picks(tmp_path):
     found, note = tune.resumable_table(path, NAMES)
     assert found is None and "not valid JSON" in note
     assert tune.resumable_table(tmp_path / "absent.json", NAMES) == (None, "")
+
+
+def test_compaction_never_keeps_a_pair_timed_slower_than_tolerance():
+    """Each GEMM's stage admits a kernel within tolerance, but the pair of two such kernels can be
+    further off: a compacted pair whose pair timing is beyond tolerance goes back to the tuned pair."""
+    names = ["moegen_sm90_gemm1_m64n8k64s4", "moegen_sm90_gemm1_m64n16k64s4",
+             "moegen_sm90_gemm2_m64n8k64s4", "moegen_sm90_gemm2_m64n16k64s4"]
+    kernels = [parse_kernel_name(n) for n in names]
+    M = tune.Measurement
+    # bucket 1 wants (0, 2); bucket 2 wants (1, 3) but admits (0, 2) per stage, within 1 %
+    measurements = [M(1, names[0], names[2], 10.0, "", None, None, "gemm1"),
+                    M(1, names[1], names[2], 12.0, "", None, None, "gemm1"),
+                    M(1, names[0], names[2], 10.0, "", None, None, "gemm2"),
+                    M(1, names[0], names[3], 12.0, "", None, None, "gemm2"),
+                    M(2, names[1], names[3], 100.0, "", None, None, "gemm1"),
+                    M(2, names[0], names[3], 100.5, "", None, None, "gemm1"),
+                    M(2, names[1], names[3], 100.0, "", None, None, "gemm2"),
+                    M(2, names[1], names[2], 100.5, "", None, None, "gemm2")]
+    choices = {1: (0, 2, 10.0), 2: (1, 3, 100.0)}
+    assert tune.compact(kernels, choices, measurements, 0.01)[2][:2] == (0, 2)  # never timed as a pair: compacted
+    timed = measurements + [M(2, names[0], names[2], 102.6, "", None, None, "confirm")]
+    assert tune.compact(kernels, choices, timed, 0.01)[2] == (1, 3, 100.0)  # 2.6 % slower: back to the tuned pair
+    close = measurements + [M(2, names[0], names[2], 100.8, "", None, None, "confirm")]
+    assert tune.compact(kernels, choices, close, 0.01)[2] == (0, 2, 100.8)

@@ -4,8 +4,8 @@
 #
 #   tools/tune_shipped.sh [BUCKETS]      BUCKETS: comma-separated token counts (default: moegen tune's)
 #
-# Each line below: model, split options, and the candidates (the whole space for the default model,
-# the arch's shortlist elsewhere).  NO_BUILD=1 tunes the builds already in generated/ (carried).
+# Each line below: model, split options, and the candidates (the whole space for DeepSeek-V4-Flash and
+# gpt-oss-120b, the arch's shortlist elsewhere).  NO_BUILD=1 tunes the builds already in generated/ (carried).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUCKETS=${1:-}
@@ -19,7 +19,7 @@ deepseek-v4-flash all
 deepseek-v4-flash shortlist --ep-size 8 --ep-rank 0
 deepseek-v3 shortlist
 deepseek-v3 shortlist --ep-size 8 --ep-rank 0
-gpt-oss-120b shortlist
+gpt-oss-120b all
 gpt-oss-120b shortlist --tp 2
 gpt-oss-20b shortlist
 gpt-oss-20b shortlist --tp 2

@@ -2,7 +2,7 @@
 # Device machine: build and run decode_gemv_bench.cu (timings), then ncu stall reasons of its stream
 # variants (GEMM1 shape, one token).   bash lab/experiments/run_decode_gemv.sh OUT
 set -uo pipefail
-OUT=$1
+OUT=$1; mkdir -p "$OUT"
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a lab/experiments/decode_gemv_bench.cu -o /tmp/dg || exit 1
 timeout 150 /tmp/dg 2>&1 | tee "$OUT/decode_gemv.txt"
 reasons="barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle \

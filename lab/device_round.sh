@@ -11,6 +11,9 @@
 # TUNE_OPTS (extra moegen tune options), STEP_SECONDS (each step's time limit, default 300) override.
 set -uo pipefail
 OUT=$1; shift
+# The shipped tables' buckets unless told otherwise: moegen tune's own default is 15 buckets, which
+# under STEP_SECONDS cut every tune of one 2026-12-01 run short at T = 128 or 512.
+BUCKETS=${BUCKETS:-1,4,16,64,256,1024,4096,16384}
 mkdir -p "$OUT"
 R=/tmp/device_round  # packed into $OUT/results.tgz after every step: a run cut short still returns its steps
 rm -rf "$R" && mkdir -p "$R"

@@ -118,12 +118,20 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
     by 5 % at T = 64 on the H200), alternating windows share the drift.  Before the windows of a T,
     every library's graphs replay for settle_seconds: capturing them idles the GPU, and the first
     window after that ran at a boost clock the others did not get."""
-    specs = {label: layer.spec.to_dict() for label, layer in layers.items()}
+    # One model: the libraries may differ in activation precision (W4A16 against W4A8) and then
+    # get the same raw weights prepared in each one's layout.
+    specs = {label: {k: v for k, v in layer.spec.to_dict().items() if k != "activations"}
+             for label, layer in layers.items()}
     if len({str(s) for s in specs.values()}) != 1:
         raise ValueError(f"bench: the libraries build different specs: {sorted(specs)}")
     first = next(iter(layers.values()))
     spec = first.spec
-    w = random_weights(spec, "cuda", seed, first.weight_layout)
+    prepared = {}
+    for layer in layers.values():
+        if layer.weight_layout not in prepared:
+            prepared[layer.weight_layout] = random_weights(layer.spec, "cuda", seed, layer.weight_layout)
+    weights = {label: prepared[layer.weight_layout] for label, layer in layers.items()}
+    w = weights[next(iter(layers))]
     monitor = GpuMonitor()
     rows = []
     try:
@@ -131,7 +139,7 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
             heavy = max(tokens)
             warm_up(input_sets(first, w, heavy, first.choose_kernels(heavy), 2, seed).graphs, warm_seconds)
         for T in tokens:
-            sets = {label: input_sets(layer, w, T, layer.choose_kernels(T), rotations, seed)
+            sets = {label: input_sets(layer, weights[label], T, layer.choose_kernels(T), rotations, seed)
                     for label, layer in layers.items()}
             if settle_seconds > 0:
                 warm_up([g for s in sets.values() for g in s.graphs], settle_seconds)

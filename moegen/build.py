@@ -188,7 +188,7 @@ def output_dir(spec: ModelSpec, arch: str, root: Path) -> Path:
 
 def check_plan_inputs(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> None:
     try:
-        policy = get_arch(arch)
+        policy = get_arch(arch, spec.activations)
     except ValueError as e:
         raise BuildError(str(e)) from None
     if not configs:
@@ -213,7 +213,7 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root
                generator: str | None = None, store: Path | None = None) -> BuildPlan:
     """store: the object store (default out_root/.objects; the GPU tests share the main one)."""
     check_plan_inputs(spec, arch, configs)
-    policy = get_arch(arch)
+    policy = get_arch(arch, spec.activations)
     out_dir = output_dir(spec, arch, out_root)
     store = Path(store).absolute() if store is not None else out_root / OBJECT_STORE
     cutlass_digest = cutlass_digest or _cached_tree_digest(toolchain.cutlass_include)

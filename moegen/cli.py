@@ -38,6 +38,11 @@ def _one_line_errors(fn):
     return wrapper
 
 
+def _manifest_activations(out_dir: Path) -> str:
+    from .artifact import read_manifest
+    return read_manifest(out_dir).spec.get("activations", "bf16")
+
+
 def _int_list(option: str, text: str) -> list[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
@@ -48,10 +53,12 @@ def _int_list(option: str, text: str) -> list[int]:
     return values
 
 
-def _spec(model: str, tp_size=None, ep_size=None, ep_rank=None):
+def _spec(model: str, tp_size=None, ep_size=None, ep_rank=None, activations=None):
     spec = load_model(model)
     if tp_size is not None or ep_size is not None or ep_rank is not None:
         spec = spec.with_parallel(tp_size, ep_size, ep_rank)
+    if activations is not None:
+        spec = spec.with_activations(activations)
     return spec
 
 
@@ -62,7 +69,10 @@ _split_options = [click.option("--tp", "tp_size", type=click.IntRange(min=1), de
                                help="tensor-parallel degree (splits the intermediate size)"),
                   click.option("--ep-size", type=click.IntRange(min=1), default=None, help="expert-parallel degree"),
                   click.option("--ep-rank", type=click.IntRange(min=0), default=None,
-                               help="this rank's expert-parallel index")]
+                               help="this rank's expert-parallel index"),
+                  click.option("--activations", type=click.Choice(["bf16", "fp8"]), default=None,
+                               help="the GEMMs' activations (default: the spec's): fp8 is W4A8, e4m3 per token "
+                                    "(sm90)")]
 
 
 def _with_split(fn):
@@ -88,11 +98,11 @@ def main() -> None:
 @click.option("--objects", "store", type=click.Path(path_type=Path), default=None,
               help="the object store to share (default: OUT/.objects)")
 @_one_line_errors
-def build(model, arch, tp_size, ep_size, ep_rank, kernels, jobs, out_root, store) -> None:
+def build(model, arch, tp_size, ep_size, ep_rank, activations, kernels, jobs, out_root, store) -> None:
     """Render, compile and link the layer for MODEL into OUT/<variant>/<arch>/."""
     from .build import build as run
     from .kernel_sets import resolve_kernels
-    spec = _spec(model, tp_size, ep_size, ep_rank)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     configs = resolve_kernels(spec, arch, kernels)
     result = run(spec, arch, configs, out_root, jobs=jobs, log=lambda m: click.echo(m, err=True), store=store)
     click.echo(str(result.plan.out_dir))
@@ -144,7 +154,7 @@ def list_models() -> None:
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes for the build")
 @_out_option
 @_one_line_errors
-def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tolerance, table_root, warm_seconds,
+def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, no_build, tolerance, table_root, warm_seconds,
          settle_seconds, min_seconds, reps, rotations, jobs, out_root) -> None:
     """Time the kernels per token-count bucket on this GPU; write its dispatch table."""
     import torch
@@ -154,7 +164,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
     bucket_list = _int_list("--buckets", buckets)
     if 0 in bucket_list:
         raise click.BadParameter("buckets are token counts >= 1", param_hint="--buckets")
-    spec = _spec(model, tp_size, ep_size, ep_rank)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     configs = resolve_kernels(spec, arch, kernels)
     if not torch.cuda.is_available():
         raise click.ClickException("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it "
@@ -185,7 +195,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, buckets, kernels, no_build, tol
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write results as JSON")
 @_out_option
 @_one_line_errors
-def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, settle_seconds, warm_seconds, compare, json_out,
+def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rounds, settle_seconds, warm_seconds, compare, json_out,
           out_root) -> None:
     """Time the built layer (CUDA-graph replay at steady state, median) against the measured floor."""
     import json
@@ -195,13 +205,14 @@ def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, settle_s
     from .build import output_dir
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
-    spec = _spec(model, tp_size, ep_size, ep_rank)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     layers = {"default": load(output_dir(spec, arch, out_root), spec=spec)}
     for item in compare:
         label, sep, path = item.partition("=")
         if not sep or not label or not path:
             raise click.BadParameter(f"{item!r}: expected LABEL=DIR", param_hint="--compare")
-        layers[label] = load(Path(path), spec=spec)
+        # the same model and split; its activations (W4A16 or W4A8) may differ
+        layers[label] = load(Path(path), spec=spec.with_activations(_manifest_activations(Path(path))))
     ceilings = measure_ceilings()
     click.echo(f"measured ceilings: {ceilings.read_tbs:.2f} TB/s read, {ceilings.bf16_tflops:.0f} bf16 TFLOP/s")
     rows = bench_layers(layers, token_list, ceilings, reps=reps, rounds=rounds, settle_seconds=settle_seconds,
@@ -220,13 +231,13 @@ def bench(model, arch, tp_size, ep_size, ep_rank, tokens, reps, rounds, settle_s
 @click.option("--seed", type=int, default=None, help="random seed (default: drawn and printed)")
 @_out_option
 @_one_line_errors
-def check(model, arch, tp_size, ep_size, ep_rank, tokens, seed, out_root) -> None:
+def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, out_root) -> None:
     """Run every kernel of the built library against the float64 reference on this GPU."""
     from .build import output_dir
     from .check import check_library
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
-    spec = _spec(model, tp_size, ep_size, ep_rank)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     layer = load(output_dir(spec, arch, out_root), spec=spec)
     if not check_library(layer, token_list, seed=seed, log=click.echo):
         sys.exit(1)
@@ -238,12 +249,12 @@ def check(model, arch, tp_size, ep_size, ep_rank, tokens, seed, out_root) -> Non
 @_with_split
 @_out_option
 @_one_line_errors
-def sass(model, arch, tp_size, ep_size, ep_rank, out_root) -> None:
+def sass(model, arch, tp_size, ep_size, ep_rank, activations, out_root) -> None:
     """Audit the built library's machine code: every GEMM kernel uses the arch's tensor-core MMA, no
     kernel touches local memory (spills), and which kernels ptxas serialized."""
     from .build import output_dir
     from .sass import audit_build
-    spec = _spec(model, tp_size, ep_size, ep_rank)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     ok, report = audit_build(output_dir(spec, arch, out_root))
     click.echo(report)
     if not ok:

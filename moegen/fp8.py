@@ -12,6 +12,13 @@ magnitude 0.5 * 2^d is then >= 2^-9, e4m3's smallest subnormal, and the one mant
 at d = -9, 0.5 * 2^-9 flushes to zero and 1.5 * 2^-9 becomes 2^-8; from d = -13 every element is
 zero.  fold_report counts them, so a checkpoint's loss is known before it is served.
 
+The kernels widen with a table: per (row, 32-group) a byte indexes TABLE, whose entry holds the 8
+e4m3 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6) * 2^d of its binade d; a code's 3 magnitude bits pick
+one of them (one byte permute per 4 values) and its sign bit is ORed on.  Entries run from
+d = TABLE_MIN_D (every magnitude rounds to zero there and below, so deeper groups clamp to it) to
+FOLD_HEADROOM; each entry is the round-to-nearest-even e4m3 of the exact product, which is
+fold_mxfp4's rounding: the table reproduces the fold bit for bit, inexact groups included.
+
 Activations.  Each row (a token's hidden state, or its SwiGLU output) gets one fp32 scale
 amax / 448, and its elements x / scale round to nearest even e4m3; an all-zero row gets scale 1.
 """
@@ -24,6 +31,8 @@ from . import mxfp4
 E4M3_MAX = 448.0
 FOLD_HEADROOM = 6  # 6 * 2^6 = 384 <= 448 < 6 * 2^7
 EXACT_MIN_D = -8   # groups this many binades (and fewer) below the expert's top fold exactly
+TABLE_MIN_D = -13  # 6 * 2^-13 < 2^-10, half e4m3's smallest subnormal: the whole group is zero
+TABLE_ENTRIES = FOLD_HEADROOM - TABLE_MIN_D + 1
 
 
 def _check_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> None:
@@ -62,6 +71,19 @@ def unfold(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """float64 [E, N, K] of folded weights: what the W4A8 kernel multiplies by."""
     factor = torch.pow(torch.tensor(2.0, dtype=torch.float64, device=w.device), r.to(torch.float64))
     return w.to(torch.float64) * factor.view(-1, 1, 1)
+
+
+def table_index(d: torch.Tensor) -> torch.Tensor:
+    """The widening table's entry (uint8) for groups d binades from their expert's residual."""
+    return (d.clamp(TABLE_MIN_D, FOLD_HEADROOM) - TABLE_MIN_D).to(torch.uint8)
+
+
+def widening_table() -> torch.Tensor:
+    """uint8 [TABLE_ENTRIES, 8]: entry i, byte m = e4m3(magnitude m * 2^(i + TABLE_MIN_D)), the
+    magnitudes in e2m1 code order (the kernels build the same table in shared memory)."""
+    d = torch.arange(TABLE_ENTRIES, dtype=torch.float64) + TABLE_MIN_D
+    values = mxfp4.E2M1_VALUES[:8].to(torch.float64).view(1, 8) * torch.pow(2.0, d).view(-1, 1)
+    return values.to(torch.float8_e4m3fn).view(torch.uint8)
 
 
 def fold_report(scales: torch.Tensor) -> dict[str, int]:

@@ -14,7 +14,7 @@ from .spec import ModelSpec
 
 def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
     picked, partial = table_kernels(arch, ProblemKey.of(spec), shipped_root)
-    fallback = get_arch(arch).fallback_configs(spec)
+    fallback = get_arch(arch, spec.activations).fallback_configs(spec)
     if not picked:
         return fallback
     return sorted(set(picked) | set(fallback)) if partial else picked
@@ -22,7 +22,7 @@ def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR) -> lis
 
 def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
     """ValueError for an unknown arch, a malformed name or a kernel of another arch."""
-    policy = get_arch(arch)
+    policy = get_arch(arch, spec.activations)
     if kernels == "default":
         return default_kernels(spec, arch, shipped_root)
     if kernels == "all":

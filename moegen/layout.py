@@ -16,16 +16,19 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class WeightLayout:
     """Weights [E, N, K] stored as atoms of atom_rows x atom_k values, each atom's values in
-    atom_bytes and its scales in atom_scale_bytes, rows padded to row_pad and K to atom_k (SM90)."""
+    atom_bytes and its scales in atom_scale_bytes, rows padded to row_pad and K to k_pad (a multiple
+    of atom_k; 0: atom_k) (SM90)."""
     name: str
     atom_rows: int
     atom_k: int
     row_pad: int
     atom_bytes: int
     atom_scale_bytes: int
+    k_pad: int = 0
 
     def padded(self, n: int, k: int) -> tuple[int, int]:
-        return -(-n // self.row_pad) * self.row_pad, -(-k // self.atom_k) * self.atom_k
+        k_pad = self.k_pad or self.atom_k
+        return -(-n // self.row_pad) * self.row_pad, -(-k // k_pad) * k_pad
 
     def shapes(self, experts: int, n: int, k: int) -> dict[str, tuple[int, ...]]:
         """Shapes of the prepared uint8 tensors of one GEMM (and its per-expert fp32 scale)."""
@@ -39,6 +42,12 @@ class WeightLayout:
 # 64- and 128-row CTA tiles stay inside the tensor (moegen.prepare, templates/include/moegen/sm90/).
 SM90_ATOMS = WeightLayout("sm90_e2m1_atom64", atom_rows=64, atom_k=64, row_pad=128, atom_bytes=2048,
                           atom_scale_bytes=128)
+# SM90 W4A8: the same atoms, each thread's 16 bytes in its e4m3 wgmma A-fragment order (k32 steps),
+# bits placed for the table widening; one byte per (row, 32-group) indexing the e4m3 table of the
+# group's binade below its expert's top (moegen.fp8); K padded to 128, one 128-byte swizzle row of
+# e4m3 activations per K tile.
+SM90_E4M3_ATOMS = WeightLayout("sm90_e2m1_atom64_e4m3", atom_rows=64, atom_k=64, row_pad=128, atom_bytes=2048,
+                               atom_scale_bytes=128, k_pad=128)
 
 @dataclass(frozen=True)
 class BlockScaledLayout:
@@ -74,7 +83,7 @@ def sf_bytes(rows: int, k: int) -> int:
 
 SM100_BLOCK_SCALED = BlockScaledLayout("sm100_e2m1_sf128x4", row_pad=128, k_pad=128)
 
-LAYOUTS = {layout.name: layout for layout in (SM90_ATOMS, SM100_BLOCK_SCALED)}
+LAYOUTS = {layout.name: layout for layout in (SM90_ATOMS, SM90_E4M3_ATOMS, SM100_BLOCK_SCALED)}
 
 
 def get_layout(name: str) -> WeightLayout | BlockScaledLayout:

@@ -2,6 +2,7 @@
 
     moegen_sm90_gemm1_m64n16k128s6  <->  KernelConfig(arch="sm90", gemm="gemm1", block_m=64, block_n=16,
                                                       block_k=128, stages=6)
+    moegen_sm90_gemm1_m64n16k128s6_fp8: the same tile with e4m3 activations (W4A8, fp8=True)
 
 A KernelConfig is the chosen implementation; the problem (moegen.problem) is what it solves.  They
 stay separate: one config serves any model whose shapes it fits.
@@ -22,6 +23,7 @@ class KernelConfig:
     block_n: int  # token rows per CTA
     block_k: int
     stages: int  # depth of the shared-memory ring (0: chosen by the arch's builder, SM100)
+    fp8: bool = False  # e4m3 activation operand (SM90 W4A8) instead of the arch's default
 
     @property
     def name(self) -> str:
@@ -29,16 +31,17 @@ class KernelConfig:
 
 
 _NAME = re.compile(r"moegen_(?P<arch>sm[1-9]\d*)_(?P<gemm>gemm[12])_m(?P<m>[1-9]\d{0,3})n(?P<n>[1-9]\d{0,3})"
-                   r"k(?P<k>[1-9]\d{0,3})s(?P<s>0|[1-9]\d?)")
+                   r"k(?P<k>[1-9]\d{0,3})s(?P<s>0|[1-9]\d?)(?P<fp8>_fp8)?")
 
 
 def kernel_name(cfg: KernelConfig) -> str:
-    return f"moegen_{cfg.arch}_{cfg.gemm}_m{cfg.block_m}n{cfg.block_n}k{cfg.block_k}s{cfg.stages}"
+    suffix = "_fp8" if cfg.fp8 else ""
+    return f"moegen_{cfg.arch}_{cfg.gemm}_m{cfg.block_m}n{cfg.block_n}k{cfg.block_k}s{cfg.stages}{suffix}"
 
 
 def parse_kernel_name(name: str) -> KernelConfig:
     m = _NAME.fullmatch(name) if isinstance(name, str) else None
     if not m:
-        raise ValueError(f"kernel name {name!r}: expected the form moegen_<arch>_<gemm1|gemm2>_m<M>n<N>k<K>s<stages>")
+        raise ValueError(f"kernel name {name!r}: expected the form moegen_<arch>_<gemm1|gemm2>_m<M>n<N>k<K>s<stages>[_fp8]")
     return KernelConfig(arch=m["arch"], gemm=m["gemm"], block_m=int(m["m"]), block_n=int(m["n"]),
-                        block_k=int(m["k"]), stages=int(m["s"]))
+                        block_k=int(m["k"]), stages=int(m["s"]), fp8=bool(m["fp8"]))

@@ -1,5 +1,6 @@
 """Weight prepare: raw MXFP4 checkpoint tensors -> the layout an arch's kernels stream, by layout name
-(moegen.layout; a build's manifest names the one its kernels read): ``sm90_e2m1_atom64`` (below) and
+(moegen.layout; a build's manifest names the one its kernels read): ``sm90_e2m1_atom64`` (below),
+``sm90_e2m1_atom64_e4m3`` (pack_sm90_e4m3: the same atoms for the W4A8 kernels) and
 ``sm100_e2m1_sf128x4`` (pack_sm100: K-major e2m1 pairs and CUTLASS's block-scaled scale layout).
 
 The SM90 layout:
@@ -27,7 +28,8 @@ from functools import lru_cache
 
 import torch
 
-from .layout import SM90_ATOMS, SM100_BLOCK_SCALED, PreparedGemm, PreparedWeights, sf_bytes
+from . import fp8
+from .layout import SM90_ATOMS, SM90_E4M3_ATOMS, SM100_BLOCK_SCALED, PreparedGemm, PreparedWeights, sf_bytes
 from .spec import ModelSpec
 
 MAX_STORED_SCALE = 128  # largest s with 2^(s-1) a normal bf16
@@ -145,6 +147,63 @@ def pack_sm90(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int |
     return w, scales, expert_scale
 
 
+@lru_cache(maxsize=None)
+def _e4m3_atom_tables() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row, k) of the value behind every (thread, word, value v) of the W4A8 atoms, and the word bits
+    of v's magnitude (3 bits, lowest first) and sign.
+
+    Thread L = 32*warp + 4*g + t; word w covers the 32-group w // 2 of fragment row g (w even) or g+8.
+    e4m3 wgmma's A fragment (k32 step) register 0/1 holds rows g/g+8 at k = 4t + i, registers 2/3
+    the same rows at k = 16 + 4t + i (byte i).  The word's values v = 0..3 are register 0/1's bytes:
+    magnitude in nibble v, sign at bit 8v + 3; v = 4..7 are register 2/3's bytes: magnitude in
+    nibble v, sign at bit 8(v-4) + 7.  So the kernel takes both registers' magnitudes from one AND and
+    two byte permutes, and the signs from one shift and two ANDs (mxfp4_convert.cuh, e2m1x8_to_e4m3x8).
+    """
+    L = torch.arange(128).view(128, 1, 1)
+    w = torch.arange(4).view(1, 4, 1)
+    v = torch.arange(8).view(1, 1, 8)
+    warp, g, t = L // 32, (L % 32) // 4, L % 4
+    row = 16 * warp + g + 8 * (w % 2)
+    k = 32 * (w // 2) + 16 * (v // 4) + 4 * t + v % 4
+    magnitude_bit0 = (4 * v).expand(1, 1, 8)
+    sign_bit = torch.where(v < 4, 8 * v + 3, 8 * (v - 4) + 7)
+    return row.expand(128, 4, 8), k.expand(128, 4, 8), magnitude_bit0.view(8), sign_bit.view(8)
+
+
+def pack_sm90_e4m3(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """codes [E, N, K], e8m0 [E, N, K/32] -> (w atoms, table-index atoms, expert_scale = 2^r) in
+    SM90_E4M3_ATOMS: the atoms of pack_sm90 with each thread's values in e4m3 fragment order, and per
+    (row, group) the widening table's entry for the group's binade d = e8m0 - 127 - r (moegen.fp8:
+    r is the expert's residual exponent, the folded weights are the table's e4m3 values x 2^r)."""
+    if gate_up is not None:
+        codes, e8m0 = _interleave_gate_up(codes, gate_up), _interleave_gate_up(e8m0, gate_up)
+    E, N, K = codes.shape
+    _check_scales(e8m0, name)
+    Np, Kp = SM90_E4M3_ATOMS.padded(N, K)
+    dev = codes.device
+    c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
+    c[:, :N, :K] = codes
+    r = fp8.residual_exponents(e8m0) if e8m0.numel() else torch.zeros(E, dtype=torch.int32, device=dev)
+    d = e8m0.to(torch.int32) - 127 - r.view(E, 1, 1)
+    s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)
+    s[:, :N, : K // 32] = fp8.table_index(d)
+
+    row, k, magnitude_bit0, sign_bit = (x.to(dev) for x in _e4m3_atom_tables())
+    w = torch.empty((E, Np // 64, Kp // 64, 2048), dtype=torch.uint8, device=dev)
+    for e in range(E):
+        atoms = c[e].view(Np // 64, 64, Kp // 64, 64).permute(0, 2, 1, 3)  # [N64, K64, 64, 64]
+        code = atoms[..., row, k].to(torch.int64)  # [N64, K64, 128 threads, 4 words, 8 values]
+        word = (((code & 7) << magnitude_bit0) | ((code >> 3) << sign_bit)).sum(dim=-1)  # disjoint bits
+        byte = torch.stack([(word >> (8 * i)) & 0xFF for i in range(4)], dim=-1)  # little endian
+        w[e] = byte.to(torch.uint8).reshape(Np // 64, Kp // 64, 2048)
+    _, _, s_row, s_kg = (x.to(dev) for x in _atom_index_tables())
+    sa = s.view(E, Np // 64, 64, Kp // 64, 2).permute(0, 1, 3, 2, 4)
+    scales = sa[..., s_row, s_kg].reshape(E, Np // 64, Kp // 64, 128).contiguous()
+    expert_scale = torch.pow(2.0, r.to(torch.float64)).to(torch.float32)
+    return w, scales, expert_scale
+
+
 def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """codes [E, N, K], e8m0 [E, N, K/32] -> (e2m1 pairs [E, Npad, Kpad/2], scales [E, sf_bytes], ones [E])
@@ -169,7 +228,7 @@ def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int 
 
 
 # Layout name -> (codes [E, N, K], e8m0 [E, N, K/32], name, gate_up) -> (values, scales, expert_scale).
-PACKERS = {SM90_ATOMS.name: pack_sm90, SM100_BLOCK_SCALED.name: pack_sm100}
+PACKERS = {SM90_ATOMS.name: pack_sm90, SM90_E4M3_ATOMS.name: pack_sm90_e4m3, SM100_BLOCK_SCALED.name: pack_sm100}
 
 
 def _interleave_gate_up(x: torch.Tensor, inter: int) -> torch.Tensor:

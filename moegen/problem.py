@@ -31,21 +31,24 @@ class ProblemKey:
     top_k: int
     hidden: int
     intermediate: int  # per tensor-parallel rank
+    fp8: bool = False  # W4A8 (the spec's activations): its kernels are another family
 
     @classmethod
     def of(cls, spec: ModelSpec) -> "ProblemKey":
-        return cls(spec.num_experts, spec.local_experts, spec.top_k, spec.hidden_size, spec.local_intermediate)
+        return cls(spec.num_experts, spec.local_experts, spec.top_k, spec.hidden_size, spec.local_intermediate,
+                   spec.activations == "fp8")
 
     @property
     def slug(self) -> str:
-        return f"e{self.num_experts}-l{self.local_experts}-k{self.top_k}-h{self.hidden}-i{self.intermediate}"
+        suffix = "-fp8" if self.fp8 else ""
+        return f"e{self.num_experts}-l{self.local_experts}-k{self.top_k}-h{self.hidden}-i{self.intermediate}{suffix}"
 
     @classmethod
     def parse(cls, slug: str) -> "ProblemKey":
-        m = re.fullmatch(r"e(\d+)-l(\d+)-k(\d+)-h(\d+)-i(\d+)", slug)
+        m = re.fullmatch(r"e(\d+)-l(\d+)-k(\d+)-h(\d+)-i(\d+)(-fp8)?", slug)
         if not m:
-            raise ValueError(f"problem key {slug!r}: expected e<experts>-l<local>-k<top_k>-h<hidden>-i<intermediate>")
-        return cls(*(int(x) for x in m.groups()))
+            raise ValueError(f"problem key {slug!r}: expected e<experts>-l<local>-k<top_k>-h<hidden>-i<intermediate>[-fp8]")
+        return cls(*(int(x) for x in m.groups()[:5]), fp8=bool(m.group(6)))
 
 
 def rows_per_expert(spec: ModelSpec, tokens: int) -> float:

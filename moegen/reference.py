@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from moegen.mxfp4 import dequantize
-from moegen.fp8 import round_trip_per_token
+from moegen.fp8 import fold_mxfp4, round_trip_per_token, unfold
 from moegen.mxfp8 import round_trip_mxfp8
 from moegen.spec import ModelSpec
 
@@ -37,6 +37,14 @@ class MXFP4Experts:
 
     def __getitem__(self, e: int) -> Tensor:
         return dequantize(self.packed[e], self.scales[e])
+
+
+class FoldedMXFP4Experts(MXFP4Experts):
+    """The same experts as the W4A8 kernels multiply by: folded to e4m3 with a per-expert residual
+    (moegen.fp8.fold_mxfp4), one expert at a time: ``experts[e]`` is a float64 [N, K] tensor."""
+
+    def __getitem__(self, e: int) -> Tensor:
+        return unfold(*fold_mxfp4(self.packed[e:e + 1], self.scales[e:e + 1]))[0]
 
 
 def _check_shape(name: str, t: Tensor, expected: tuple[int, ...]) -> None:
@@ -174,9 +182,9 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
 
     activation_format "mxfp8": the GEMMs' activations are quantized as the SM100 layer quantizes them
     (the hidden states before GEMM1, the SwiGLU output before GEMM2: moegen.mxfp8), then the
-    arithmetic is exact; "fp8": the same two, per row to e4m3 with an fp32 scale (W4A8: moegen.fp8;
-    pass the folded weights, moegen.fp8.unfold, to match its kernels); "bf16": the hidden states as
-    given."""
+    arithmetic is exact; "fp8": the same two, per row to e4m3 with an fp32 scale (W4A8: moegen.fp8),
+    the SwiGLU output first rounded to bf16 as the SM90 GEMM1 writes it (pass the folded weights,
+    FoldedMXFP4Experts, to match its kernels); "bf16": the hidden states as given."""
     if activation_format not in ACTIVATION_FORMATS:
         raise ValueError(f"activation_format {activation_format!r}: expected one of {ACTIVATION_FORMATS}")
     H, I, E_local = spec.hidden_size, spec.local_intermediate, spec.local_experts
@@ -193,6 +201,7 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
 
     f64 = dict(dtype=torch.float64, device=hidden.device)
     quantized = {"bf16": lambda t: t, "mxfp8": round_trip_mxfp8, "fp8": round_trip_per_token}[activation_format]
+    quantized_h = (lambda t: round_trip_per_token(t.to(torch.bfloat16))) if activation_format == "fp8" else quantized
     x_all, weights = quantized(hidden).to(**f64), weights.to(**f64)
     ids = ids.to(device=hidden.device, dtype=torch.int64)
     out = torch.zeros(T, H, **f64)
@@ -204,7 +213,7 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
         if b13 is not None:
             gu = gu + b13[e].to(**f64)
         h = activation(spec, gu[:, :I], gu[:, I:])
-        y = quantized(h) @ w2[e].to(**f64).T
+        y = quantized_h(h).to(**f64) @ w2[e].to(**f64).T
         if b2 is not None:
             y = y + b2[e].to(**f64)
         out.index_add_(0, tokens, y * weights[tokens, slots].unsqueeze(1))

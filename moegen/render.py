@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from .arch import get_arch
+from .arch import get_arch, policy_of
 from .layout import get_layout
 from .naming import KernelConfig
 from .problem import gemm_shapes
@@ -47,7 +47,7 @@ def _cpp_bool(b: bool) -> str:
 
 
 def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
-    arch = get_arch(cfg.arch)
+    arch = policy_of(cfg)
     layout = get_layout(arch.weight_layout)
     shape = gemm_shapes(spec)[cfg.gemm]
     n_pad, k_pad = layout.padded(shape.n, shape.k)
@@ -59,14 +59,15 @@ def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
                   bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias),
                   epilogue=_EPILOGUE[cfg.gemm], block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
                   stages=cfg.stages, **arch.launch_resources(cfg), gemm_n=shape.n, gemm_k=shape.k,
-                  gemm_n_padded=n_pad, gemm_k_padded=k_pad, weight_layout=layout.name)
+                  gemm_n_padded=n_pad, gemm_k_padded=k_pad, weight_layout=layout.name,
+                  fp8_activations=_cpp_bool(cfg.fp8), activation_type="float_e4m3_t" if cfg.fp8 else "bfloat16_t")
 
 
 def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str:
     r, a = spec.router, spec.activation
     kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n) for c in configs]
     return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels,
-                  launch_params=get_arch(arch).launch_params,
+                  launch_params=get_arch(arch, spec.activations).launch_params,
                   num_experts=spec.num_experts, local_experts=spec.local_experts, expert_begin=spec.expert_begin,
                   top_k=r.top_k, hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
                   router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,
@@ -74,7 +75,8 @@ def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str
                   score_bias=_cpp_bool(r.score_bias), routed_scaling_factor=_cpp_float(r.routed_scaling_factor),
                   activation_enum=_ACTIVATION_ENUM[a.kind], has_limit=_cpp_bool(a.limit is not None),
                   limit=_cpp_float(a.limit if a.limit is not None else 0.0), alpha=_cpp_float(a.alpha),
-                  bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias))
+                  bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias),
+                  fp8_activations=_cpp_bool(spec.activations == "fp8"))
 
 
 def build_info_source(build_info: dict) -> str:

@@ -21,6 +21,9 @@ ROUTER_KINDS = ("sigmoid_group_topk", "sqrtsoftplus_topk", "softmax_topk", "topk
 SCORE_BIAS_ROUTERS = ("sigmoid_group_topk", "sqrtsoftplus_topk")  # selection on score + per-expert bias
 GROUP_SCORES = ("max", "top2_sum")
 ACTIVATION_KINDS = ("swiglu", "swiglu_oai")
+# The GEMMs' activation operands: "bf16" (SM90's W4A16; SM100 quantizes to MXFP8, its only mode) or
+# "fp8" (SM90's W4A8: e4m3 per token, opt-in).
+ACTIVATION_PRECISIONS = ("bf16", "fp8")
 
 # MXFP4 scales cover 32 consecutive K elements; every GEMM K (hidden, local intermediate) must hold whole groups.
 MX_GROUP = 32
@@ -84,6 +87,7 @@ class ModelSpec:
     gemm1_bias: bool = False  # per-expert bias on the W1|W3 outputs (gpt-oss)
     gemm2_bias: bool = False  # per-expert bias on the W2 output (gpt-oss)
     parallel: ParallelSpec = ParallelSpec()
+    activations: str = "bf16"  # one of ACTIVATION_PRECISIONS
     source: str = "<inline>"
 
     @property
@@ -111,7 +115,14 @@ class ModelSpec:
             s += f"-tp{p.tp_size}"
         if p.ep_size > 1:
             s += f"-ep{p.ep_rank}of{p.ep_size}"
+        if self.activations == "fp8":
+            s += "-w4a8"
         return s
+
+    def with_activations(self, activations: str) -> "ModelSpec":
+        if activations not in ACTIVATION_PRECISIONS:
+            _fail(self.source, "activations", activations, "one of " + ", ".join(map(repr, ACTIVATION_PRECISIONS)))
+        return dataclasses.replace(self, activations=activations)
 
     def with_parallel(self, tp_size: int | None = None, ep_size: int | None = None,
                       ep_rank: int | None = None) -> "ModelSpec":
@@ -129,7 +140,7 @@ class ModelSpec:
                 "intermediate_size": self.intermediate_size, "router": dataclasses.asdict(self.router),
                 "activation": dataclasses.asdict(self.activation),
                 "bias": {"gemm1": self.gemm1_bias, "gemm2": self.gemm2_bias},
-                "parallel": dataclasses.asdict(self.parallel)}
+                "parallel": dataclasses.asdict(self.parallel), "activations": self.activations}
 
 
 # --- field readers -------------------------------------------------------------------------
@@ -238,7 +249,7 @@ def model_from_dict(data: Any, source: str = "<inline>") -> ModelSpec:
         hidden_size=f.int("hidden_size", required=True, min_value=MX_GROUP, max_value=MAX_HIDDEN),
         intermediate_size=f.int("intermediate_size", required=True, min_value=MX_GROUP, max_value=MAX_INTERMEDIATE),
         router=router, activation=activation, gemm1_bias=g1b, gemm2_bias=g2b,
-        parallel=parallel, source=source,
+        parallel=parallel, activations=f.choice("activations", ACTIVATION_PRECISIONS, "bf16"), source=source,
     )
     f.done()
     _validate_model(spec, source)

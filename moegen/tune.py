@@ -290,7 +290,7 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     if not torch.cuda.is_available():
         raise TuneError("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it tunes for")
     if build_first:
-        build(spec, arch, kernels or get_arch(arch).candidate_configs(spec), out_root, jobs=jobs, log=log)
+        build(spec, arch, kernels or get_arch(arch, spec.activations).candidate_configs(spec), out_root, jobs=jobs, log=log)
     layer = load(output_dir(spec, arch, out_root), spec=spec)
     log(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}, {len(buckets)} buckets")
     start = time.monotonic()

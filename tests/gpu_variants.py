@@ -34,12 +34,24 @@ ROUTING_VARIANTS = {
     "grouped-64e": dict(model=str(Path(__file__).parent / "specs" / "grouped-64e.yaml")),
 }
 VARIANTS.update(ROUTING_VARIANTS)
+# W4A8 (e4m3 activations): every shipped model, an odd K (gpt-oss-20b-tp2: 1440, padded to 1536) and
+# an EP rank, each with its fp8 fallback kernels (tests/test_gpu_w4a8.py).
+W4A8_VARIANTS = {
+    "deepseek-v4-flash-w4a8": dict(model="deepseek-v4-flash"),
+    "deepseek-v3-w4a8": dict(model="deepseek-v3"),
+    "gpt-oss-120b-w4a8": dict(model="gpt-oss-120b"),
+    "gpt-oss-20b-w4a8": dict(model="gpt-oss-20b"),
+    "qwen3-30b-a3b-w4a8": dict(model="qwen3-30b-a3b"),
+    "gpt-oss-20b-tp2-w4a8": dict(model="gpt-oss-20b", tp_size=2),
+    "qwen3-30b-a3b-ep1of4-w4a8": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
+}
 
 
 def variant_spec(variant: str) -> ModelSpec:
-    v = dict(VARIANTS[variant])
+    v = dict(VARIANTS[variant] if variant in VARIANTS else W4A8_VARIANTS[variant])
     spec = load_model(v.pop("model", variant))
-    return spec.with_parallel(**v) if v else spec
+    spec = spec.with_parallel(**v) if v else spec
+    return spec.with_activations("fp8") if variant in W4A8_VARIANTS else spec
 
 
 def gpu_test_configs(variant: str) -> list[KernelConfig]:
@@ -47,6 +59,8 @@ def gpu_test_configs(variant: str) -> list[KernelConfig]:
     one or two CTAs per SM, block_k 64 and 128) and the kernels the shipped tables pick, so the tests
     dispatch as a default build does; the fallback kernels for routing-only specs."""
     sm90, spec = get_arch("sm90"), variant_spec(variant)
+    if variant in W4A8_VARIANTS:
+        return get_arch("sm90", "fp8").fallback_configs(spec)
     if variant in ROUTING_VARIANTS:
         return sm90.fallback_configs(spec)
     tiles = os.environ.get("MOEGEN_TEST_KERNELS")

@@ -344,3 +344,46 @@ def test_persistent_tile_loop_mirrors_the_template():
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), qwen3)  # 12 % 8
     dsv4 = gemm_shapes(load_model("deepseek-v4-flash"))["gemm2"]  # K = 2048: 32 tiles of 64
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), dsv4)
+
+
+# --- W4A8 (e4m3 activations) --------------------------------------------------------------------------
+
+def test_w4a8_names_round_trip_and_differ_from_bf16():
+    from moegen.naming import KernelConfig, parse_kernel_name
+    c = KernelConfig("sm90", "gemm1", 64, 16, 128, 6, fp8=True)
+    assert c.name == "moegen_sm90_gemm1_m64n16k128s6_fp8"
+    assert parse_kernel_name(c.name) == c
+    assert parse_kernel_name("moegen_sm90_gemm1_m64n16k128s6") != c
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4-flash", "gpt-oss-120b", "qwen3-30b-a3b"])
+def test_w4a8_space_is_its_own_family(model):
+    spec = load_model(model).with_activations("fp8")
+    fp8 = get_arch("sm90", "fp8")
+    space = fp8.candidate_configs(spec)
+    assert space and all(c.fp8 and c.block_k in (128, 256) for c in space)
+    assert all(c.fp8 for c in fp8.fallback_configs(spec)) and len(fp8.fallback_configs(spec)) >= 2
+    # the bf16 policy refuses fp8 configs and the other way round, naming why
+    bf16_cfg = get_arch("sm90").fallback_configs(load_model(model))[0]
+    assert "activations" in fp8.rejection_reason(bf16_cfg, gemm_shapes(spec)[bf16_cfg.gemm])
+    assert "activations" in get_arch("sm90").rejection_reason(space[0], gemm_shapes(spec)[space[0].gemm])
+
+
+def test_w4a8_accumulators_count_twice_in_the_register_model():
+    from moegen.arch import sm90
+    from moegen.naming import KernelConfig
+    bf16, fp8 = KernelConfig("sm90", "gemm1", 256, 128, 128, 6), KernelConfig("sm90", "gemm1", 256, 128, 128, 6, fp8=True)
+    assert sm90.accumulator_registers(fp8) == 2 * sm90.accumulator_registers(bf16)
+    assert sm90.a_fragment_registers(fp8) * 2 == sm90.a_fragment_registers(bf16)  # k32 steps: half the registers
+
+
+def test_w4a8_on_sm100_is_a_clear_error():
+    with pytest.raises(ValueError, match="sm90"):
+        get_arch("sm100", "fp8")
+
+
+def test_problem_keys_of_w4a8_are_their_own():
+    from moegen.problem import ProblemKey
+    key = ProblemKey.of(load_model("gpt-oss-120b").with_activations("fp8"))
+    assert key.slug.endswith("-fp8") and ProblemKey.parse(key.slug) == key
+    assert ProblemKey.parse(ProblemKey.of(load_model("gpt-oss-120b")).slug) != key

@@ -108,7 +108,8 @@ def test_reference_fp8_mode_quantizes_both_activations():
         for k, e in enumerate(ids[t].tolist()):
             gu = w13[e] @ x[t]
             h = reference.activation(spec, gu[:I], gu[I:])
-            expect[t] += weights[t, k] * (w2[e] @ fp8.round_trip_per_token(h))
+            # the SM90 GEMM1 writes h in bf16 before it is quantized per row
+            expect[t] += weights[t, k] * (w2[e] @ fp8.round_trip_per_token(h.to(torch.bfloat16)))
     torch.testing.assert_close(got, expect, rtol=1e-12, atol=1e-12)
     exact = reference.moe(spec, hidden, ids, weights, w13, w2)
     err = float((got - exact).norm() / exact.norm())
@@ -137,3 +138,80 @@ def test_the_exponent_add_folds_codes_from_one_up_when_d_is_at_least_minus_6():
                 normal.add((d, code))
     assert {(d, c) for d in range(-6, 7) for c in range(2, 8)} <= normal
     assert (-7, 2) not in normal and (-7, 3) not in normal  # 1.0, 1.5 at d = -7: the table's
+
+
+def test_the_widening_table_holds_every_binades_folded_magnitudes():
+    table = fp8.widening_table()
+    assert table.shape == (fp8.TABLE_ENTRIES, 8) and table.dtype == torch.uint8
+    for i in range(fp8.TABLE_ENTRIES):
+        d = i + fp8.TABLE_MIN_D
+        codes = torch.arange(8).repeat(4).view(1, 1, 32)  # one group of every magnitude
+        packed, scales = _mxfp4(codes, torch.full((1, 1, 1), d))
+        # the group's own exponent is its expert's top here: fold it one group deeper via a second row
+        top = torch.full((1, 1, 32), 7)
+        packed2, scales2 = _mxfp4(torch.cat((codes, top), 1), torch.tensor([[[d], [fp8.FOLD_HEADROOM]]]))
+        w, r = fp8.fold_mxfp4(packed2, scales2)
+        assert int(r[0]) == 0
+        assert torch.equal(w[0, 0, :8].view(torch.uint8), table[i]), d
+    assert torch.all(table[0] == 0)  # TABLE_MIN_D: every magnitude rounds to zero
+    assert table[1].any()
+
+
+def _byte_perm(x: torch.Tensor, y: torch.Tensor, selector: torch.Tensor) -> torch.Tensor:
+    """CUDA's __byte_perm(x, y, s) for selector nibbles 0-7 (their bit 3 clear)."""
+    pool = torch.stack([(x >> (8 * i)) & 0xFF for i in range(4)] + [(y >> (8 * i)) & 0xFF for i in range(4)], -1)
+    out = torch.zeros_like(x)
+    for i in range(4):
+        nibble = (selector >> (4 * i)) & 0xF
+        assert int((nibble & 8).max()) == 0
+        out |= torch.gather(pool, -1, nibble.unsqueeze(-1)).squeeze(-1) << (8 * i)
+    return out
+
+
+def _kernel_widening(w: torch.Tensor, scales: torch.Tensor, expert_scale: torch.Tensor) -> torch.Tensor:
+    """The W4A8 kernel's view of prepared atoms, step for step (mxfp4_convert.cuh, e2m1x8_to_e4m3x8;
+    grouped_gemm.cuh, convert): float64 [E, Npad, Kpad].  Register j of a k32 step holds row
+    g + 8 (j % 2), k = 4 t + byte + 16 (j // 2): CuTe's ALayout_64x32 (mma_traits_sm90_gmma.hpp)."""
+    E, n64, k64, _ = w.shape
+    table = fp8.widening_table().to(torch.int64)
+    table_x = sum(table[:, i] << (8 * i) for i in range(4))
+    table_y = sum(table[:, 4 + i] << (8 * i) for i in range(4))
+    words = w.view(E, n64, k64, 128, 4, 4).to(torch.int64)
+    words = sum(words[..., i] << (8 * i) for i in range(4))  # [E, n64, k64, thread, word]
+    out = torch.zeros(E, n64 * 64, k64 * 64, dtype=torch.float64)
+    for L in range(128):
+        warp, g, t = L // 32, (L % 32) // 4, L % 4
+        for kk in range(4):
+            q = words[..., L, kk]
+            index = scales[..., 32 * warp + 4 * g + kk].to(torch.int64)
+            magnitudes = q & 0x77777777
+            lo = _byte_perm(table_x[index], table_y[index], magnitudes & 0xFFFF) | ((q << 4) & 0x80808080)
+            hi = _byte_perm(table_x[index], table_y[index], magnitudes >> 16) | (q & 0x80808080)
+            for reg, value in ((kk % 2, lo), (kk % 2 + 2, hi)):
+                row = 16 * warp + g + 8 * (reg % 2)
+                for byte in range(4):
+                    k = 32 * (kk // 2) + 4 * t + byte + 16 * (reg // 2)
+                    b = ((value >> (8 * byte)) & 0xFF).to(torch.uint8)
+                    v = b.view(torch.float8_e4m3fn).to(torch.float64)  # [E, n64, k64]
+                    out.view(E, n64, 64, k64, 64)[:, :, row, :, k] = v
+    return out * expert_scale.to(torch.float64).view(E, 1, 1)
+
+
+@pytest.mark.parametrize("gate_up", [None, 64])
+def test_the_kernels_table_widening_of_prepared_atoms_is_the_fold(gate_up):
+    from moegen.prepare import _interleave_gate_up, pack_sm90_e4m3
+    E, N, K = 2, 128, 160  # K pads to 256
+    g = torch.Generator().manual_seed(5)
+    codes = torch.randint(0, 16, (E, N, K), generator=g)
+    exps = torch.randint(-16, 4, (E, N, K // 32), generator=g)  # spans the table's clamp and inexact groups
+    packed, scales = _mxfp4(codes, exps)
+    w, s, escale = pack_sm90_e4m3(codes.to(torch.uint8), scales, "w", gate_up=gate_up)
+    assert w.shape == (E, 2, 4, 2048) and s.shape == (E, 2, 4, 128)
+    got = _kernel_widening(w, s, escale)
+    rows_packed, rows_scales = packed, scales
+    if gate_up is not None:
+        rows_packed, rows_scales = _interleave_gate_up(packed, gate_up), _interleave_gate_up(scales, gate_up)
+    want = fp8.unfold(*fp8.fold_mxfp4(rows_packed, rows_scales))
+    assert fp8.fold_report(scales)["inexact"] > 0
+    assert torch.equal(got[:, :N, :K], want)
+    assert torch.all(got[:, :, K:] == 0)

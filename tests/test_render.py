@@ -16,7 +16,8 @@ GEMM_VARS = dict(name="moegen_sm90_gemm1_m64n16k64s3", arch="sm90", hidden=256, 
                  activation_enum="kSwiGLU", has_limit="false", limit="0.0", alpha="1.0", bias13="false",
                  bias2="false", epilogue="SwigluEpilogue", block_m=64, block_n=16, block_k=64, stages=3,
                  min_blocks_per_sm=4, producer_registers=0, consumer_registers=0, gemm_n=256, gemm_k=256,
-                 gemm_n_padded=256, gemm_k_padded=256, weight_layout="sm90_e2m1_atom64")
+                 gemm_n_padded=256, gemm_k_padded=256, weight_layout="sm90_e2m1_atom64", fp8_activations="false",
+                 activation_type="bfloat16_t")
 
 
 def default_configs(spec, arch):
@@ -131,7 +132,7 @@ def test_gemm_source(cfg, epilogue, n, k, n_pad, k_pad):
     assert m and tuple(map(int, m.groups())) == (cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages,
                                                  r["min_blocks_per_sm"], r["producer_registers"],
                                                  r["consumer_registers"])
-    m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue>", text)
+    m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue,\s*cute::bfloat16_t>", text)
     assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)
     assert f'extern "C" int {cfg.name}_launch(const moegen::GemmParams* params, int max_work, long rows,' in text
     assert f"arch::{epilogue}<moegen_generated::EpilogueProblem>" in text

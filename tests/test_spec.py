@@ -382,3 +382,16 @@ def test_with_parallel_rejects_zero_tp():
 def test_with_parallel_rejects_negative_ep_rank():
     with pytest.raises(SpecError, match="parallel.ep_rank"):
         load_model("qwen3-30b-a3b").with_parallel(ep_rank=-1)
+
+
+def test_activations_field_defaults_and_names_the_variant(tmp_path):
+    spec = load_model("deepseek-v4-flash")
+    assert spec.activations == "bf16" and spec.to_dict()["activations"] == "bf16"
+    w4a8 = spec.with_activations("fp8")
+    assert w4a8.variant == "deepseek-v4-flash-w4a8" and model_from_dict(w4a8.to_dict()) == dataclasses.replace(w4a8, source="<inline>")
+    with pytest.raises(SpecError, match=r"field 'activations' = 'int4': expected one of 'bf16', 'fp8'"):
+        spec.with_activations("int4")
+    data = spec.to_dict()
+    data["activations"] = "e4m3"
+    with pytest.raises(SpecError, match=r"'activations' = 'e4m3'"):
+        model_from_dict(data, "x.yaml")

@@ -20,7 +20,7 @@ class ArchPolicy:
     gencode: str  # nvcc's -gencode for the arch-specific target
     compute_capability: tuple[int, int]  # the only one its code runs on
     weight_layout: str  # moegen.layout name of the prepared weights its kernels read
-    activation_format: str  # the GEMMs' activation operand ("bf16")
+    activation_format: str  # the GEMMs' activation operand ("bf16", "fp8", "mxfp8")
     axes: dict  # KernelConfig field -> allowed values
     rules: tuple[Rule, ...]
     # Per regime (decode, mid, prefill) an ordered list of (block_m, block_n, block_k, stages): the first
@@ -37,7 +37,17 @@ class ArchPolicy:
     # build and sass logs say whether a serialized kernel was expected.
     wgmma_serialization: Callable[[KernelConfig, "GemmShape | None"], str | None] = lambda c, shape=None: None
 
+    @property
+    def fp8(self) -> bool:
+        """Whether its kernels are the e4m3-activation (W4A8) family (KernelConfig.fp8)."""
+        return self.activation_format == "fp8"
+
+    def config(self, gemm: str, block_m: int, block_n: int, block_k: int, stages: int) -> KernelConfig:
+        return KernelConfig(self.name, gemm, block_m, block_n, block_k, stages, fp8=self.fp8)
+
     def rejection_reason(self, c: KernelConfig, shape: GemmShape) -> str | None:
+        if c.fp8 != self.fp8:
+            return f"{'e4m3' if c.fp8 else 'bf16'} activations, but this build's are {self.activation_format}"
         for field, allowed in self.axes.items():
             if getattr(c, field) not in allowed:
                 return f"{field} = {getattr(c, field)} is not on the {self.name} axis {allowed}"
@@ -51,7 +61,7 @@ class ArchPolicy:
         out = []
         for gemm, shape in gemm_shapes(spec).items():
             for values in itertools.product(*self.axes.values()):
-                c = KernelConfig(self.name, gemm, **dict(zip(self.axes, values)))
+                c = self.config(gemm, **dict(zip(self.axes, values)))
                 if self.rejection_reason(c, shape) is None:
                     out.append(c)
         return out
@@ -62,7 +72,7 @@ class ArchPolicy:
         for gemm, shape in gemm_shapes(spec).items():
             for regime, choices in self.fallback.items():
                 for m, n, k, s in choices:
-                    c = KernelConfig(self.name, gemm, m, n, k, s)
+                    c = self.config(gemm, m, n, k, s)
                     if self.rejection_reason(c, shape) is None:
                         if c not in out:
                             out.append(c)
@@ -76,7 +86,7 @@ class ArchPolicy:
         out = []
         for gemm, shape in gemm_shapes(spec).items():
             for m, n, k, s in self.shortlist:
-                c = KernelConfig(self.name, gemm, m, n, k, s)
+                c = self.config(gemm, m, n, k, s)
                 if self.rejection_reason(c, shape) is None:
                     out.append(c)
         return out

@@ -1,10 +1,13 @@
 """SM90 (Hopper: H100, H200, H20): the warp-specialized MXFP4 x BF16 grouped GEMM of
-templates/include/moegen/sm90/.  Tile shapes as data, each pruning rule one line with its reason,
-the register plan the template compiles with, and the weight layout the kernels stream.
+templates/include/moegen/sm90/, and its W4A8 twin (MXFP4 x per-token e4m3, `SM90_FP8`).  Tile
+shapes as data, each pruning rule one line with its reason, the register plan the template compiles
+with, and the weight layout the kernels stream.
 """
 from __future__ import annotations
 
-from ..layout import SM90_ATOMS
+import dataclasses
+
+from ..layout import SM90_ATOMS, SM90_E4M3_ATOMS
 from ..naming import KernelConfig
 from ..problem import GemmShape
 from .base import ArchPolicy, Rule
@@ -14,12 +17,26 @@ SMEM_LIMIT = 227 * 1024  # opt-in dynamic shared memory per CTA on every SM90 pa
 REGISTER_FILE = 65536  # 32-bit registers per SM
 
 
+def layout_of(c: KernelConfig):
+    return SM90_E4M3_ATOMS if c.fp8 else SM90_ATOMS
+
+
+def activation_bytes(c: KernelConfig) -> int:
+    return 1 if c.fp8 else 2
+
+
+def mma_k(c: KernelConfig) -> int:
+    return 32 if c.fp8 else 16  # K of one wgmma: 32 bytes of either operand type
+
+
 def smem_bytes(c: KernelConfig) -> int:
-    b = c.block_n * c.block_k * 2 * c.stages  # bf16 activation tiles
+    b = c.block_n * c.block_k * activation_bytes(c) * c.stages  # bf16 or e4m3 activation tiles
     a = (c.block_m // LAYOUT.atom_rows) * (c.block_k // LAYOUT.atom_k) * \
         (LAYOUT.atom_bytes + LAYOUT.atom_scale_bytes) * c.stages  # e2m1 atoms + e8m0 scales
     barriers = 16 * c.stages  # full + empty mbarrier per slot
-    row_factors = 2 * c.block_n * 4 if c.gemm == "gemm2" else 4  # routing weights, double-buffered
+    # per-row epilogue factors, double-buffered: routing weights (gemm2), activation scales (fp8)
+    factors = (c.gemm == "gemm2") + c.fp8
+    row_factors = 2 * factors * c.block_n * 4 if factors else 4
     return b + a + barriers + row_factors + 1024  # + alignment of the swizzled B tile
 
 
@@ -38,16 +55,19 @@ def threads(c: KernelConfig) -> int:
 
 
 def accumulator_registers(c: KernelConfig) -> int:
-    return slices_per_consumer(c) * c.block_n // 2  # 64 x block_n fp32 accumulators per slice, 128 threads
+    # 64 x block_n fp32 accumulators per slice over 128 threads; fp8 twice: each K tile's partial sums
+    # (FP8 wgmma accumulates at reduced precision) are promoted into FP32 ones
+    return slices_per_consumer(c) * c.block_n // 2 * (2 if c.fp8 else 1)
 
 
 def a_fragment_registers(c: KernelConfig) -> int:
-    return slices_per_consumer(c) * 2 * (c.block_k // 16) * 4  # double-buffered bf16x2 A fragments per slice
+    return slices_per_consumer(c) * 2 * (c.block_k // mma_k(c)) * 4  # double-buffered A fragments per slice
 
 
 def consumer_register_need(c: KernelConfig) -> int:
-    """A consumer thread's accumulators + double-buffered A fragments + ~30 for the widening."""
-    return accumulator_registers(c) + a_fragment_registers(c) + 30
+    """A consumer thread's accumulators + double-buffered A fragments + ~30 for the widening (~40 for
+    the e4m3 table widening and the promotion: m64n8k256 fp8 spilled 76 B at 96 registers)."""
+    return accumulator_registers(c) + a_fragment_registers(c) + (40 if c.fp8 else 30)
 
 
 def two_ctas_per_sm(c: KernelConfig) -> bool:
@@ -98,7 +118,7 @@ PERSISTENT_MAX_K_TILES = 12
 
 
 def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
-    return _k_padded(shape.k) // c.block_k
+    return _k_padded(c, shape.k) // c.block_k
 
 
 def persistent_tile_loop(c: KernelConfig, shape: GemmShape) -> bool:
@@ -121,8 +141,8 @@ def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str 
     return None
 
 
-def _k_padded(k: int) -> int:
-    return LAYOUT.padded(0, k)[1]
+def _k_padded(c: KernelConfig, k: int) -> int:
+    return layout_of(c).padded(0, k)[1]
 
 
 def _n_padded(n: int) -> int:
@@ -135,18 +155,18 @@ AXES = {"block_m": (64, 128, 256), "block_n": (8, 16, 32, 64, 128, 256), "block_
         "stages": (3, 4, 6, 8)}
 
 RULES: tuple[Rule, ...] = (
-    ("block_k must divide the 64-padded K: prepared atoms end there",
-     lambda c, s: _k_padded(s.k) % c.block_k == 0),
+    ("block_k must divide the padded K (64; 128 for fp8): prepared atoms end there",
+     lambda c, s: _k_padded(c, s.k) % c.block_k == 0),
     ("shared memory per CTA is at most 227 KiB on SM90", lambda c, s: smem_bytes(c) <= SMEM_LIMIT),
     ("consumer accumulators + A fragments must leave registers for the widening (255 per thread with one "
      "consumer warpgroup, 224 after setmaxnreg with two: 192 compiled spill-free at m256n128k64 and m256n64k128), "
      "or ptxas spills",
      lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= (200 if c.block_m == 64 else 192)),
     ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
-     lambda c, s: c.stages - 2 <= max(1, _k_padded(s.k) // c.block_k)),
+     lambda c, s: c.stages - 2 <= max(1, _k_padded(c, s.k) // c.block_k)),
     ("3 stages leave one slot loading while two feed wgmmas: too little to hide HBM latency unless the K loop "
      "is that short",
-     lambda c, s: c.stages > 3 or _k_padded(s.k) // c.block_k <= 4),
+     lambda c, s: c.stages > 3 or _k_padded(c, s.k) // c.block_k <= 4),
     ("two consumer warpgroups only pay off once a CTA has enough token rows to share B, or fits twice on an "
      "SM (32 token rows, consumers within 104 registers)",
      lambda c, s: c.block_m == 64 or c.block_n >= 64 or (c.block_n >= 32 and two_ctas_per_sm(c))),
@@ -175,3 +195,21 @@ SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", 
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
                   launch_params="const moegen::GemmParams*, int, long, cudaStream_t", shortlist=SHORTLIST,
                   wgmma_serialization=wgmma_serialization)
+
+# W4A8 (issue 21): the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
+# and fp8 wgmma (k32).  A 128-wide e4m3 K tile has the bytes of a 64-wide bf16 one, so the tiles
+# below are the bf16 picks with K doubled: untuned until the H200 tuner times them.
+FP8_FALLBACK = {
+    "decode": [(64, 8, 256, 4), (64, 8, 128, 6), (64, 8, 128, 4)],
+    "mid": [(64, 32, 256, 4), (64, 32, 128, 4), (64, 32, 128, 3)],
+    "prefill": [(128, 128, 128, 4), (128, 64, 128, 4), (128, 128, 128, 3)],
+}
+# The bf16 shortlist with K doubled, plus k256 twins of the large tiles (one promotion per 256 K).
+FP8_SHORTLIST = ((64, 8, 256, 4), (64, 8, 256, 6), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 256, 4),
+                 (64, 16, 128, 4), (64, 16, 128, 6), (64, 32, 256, 4), (64, 32, 128, 4), (128, 32, 128, 6),
+                 (128, 64, 128, 6), (128, 64, 256, 4), (128, 128, 128, 4), (128, 128, 256, 4), (256, 64, 128, 6),
+                 (256, 128, 128, 6), (256, 128, 128, 4))
+SM90_FP8 = dataclasses.replace(SM90, weight_layout=SM90_E4M3_ATOMS.name, activation_format="fp8",
+                               # an e4m3 K tile is whole 128-byte swizzle rows of B
+                               axes={**AXES, "block_k": (128, 256)}, fallback=FP8_FALLBACK,
+                               shortlist=FP8_SHORTLIST)

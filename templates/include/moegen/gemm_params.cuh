@@ -12,8 +12,9 @@ struct GemmParams {
   const uint8_t* w_scales;       // prepared scale atoms
   const float* expert_scale;     // [E]
   const float* bias;             // epilogue bias or nullptr
-  const __nv_bfloat16* act;      // B operand rows, row length K
+  const void* act;               // B operand rows (bf16, or e4m3 for W4A8 kernels), row length K
   const int32_t* act_row;        // permuted row -> source row of `act` (gather), or nullptr
+  const float* act_scale;        // per source row of `act`: its e4m3 scale (W4A8), else unused
   // Work tiles (the routing's schedule): expert, first row, and the expert's end row: three
   // independent loads, one L2 round trip when a CTA starts a tile.
   const int32_t* work_expert;    // [max_work]

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "moegen/common.cuh"
+#include "moegen/pdl.cuh"
 
 namespace moegen {
 
@@ -105,6 +106,55 @@ __global__ void sf_rows_kernel(const int32_t* __restrict__ offsets, int32_t* __r
     carry += __shfl_sync(0xffffffffu, incl, kWarpSize - 1);
   }
   if (lane == 0) sf_rows[kGroups] = carry;
+}
+
+// W4A8 activations (SM90): each row of a bf16 matrix [rows, K] -> e4m3 [rows, K] and one fp32 scale
+// amax / 448 (an all-zero row: 1); elements x / scale rounded to nearest even, saturating: as
+// moegen.fp8.quantize_per_token, bit for bit (IEEE divisions, not reciprocals).  One warp per row;
+// the row is read twice (amax, then values), the second time from L1/L2.  `live_rows` (a device
+// count, or nullptr for all) skips rows nothing reads: expert-order rows past the local experts'.
+template <int K>
+__global__ void __launch_bounds__(256) quantize_per_row_kernel(const __nv_bfloat16* __restrict__ x, long rows,
+                                                             const int32_t* __restrict__ live_rows,
+                                                             uint8_t* __restrict__ q, float* __restrict__ scale) {
+  static_assert(K % 8 == 0, "rows are read in 16-byte chunks");
+  constexpr int kChunks = K / 8;
+  pdl_wait();  // x is the previous kernel's output (or the caller's, before it)
+  pdl_launch_dependents();
+  const int lane = threadIdx.x % kWarpSize;
+  const long row = long(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= (live_rows ? long(__ldcg(live_rows)) : rows)) return;
+  const uint4* src = reinterpret_cast<const uint4*>(x + row * K);
+  float amax = 0.f;
+  for (int c = lane; c < kChunks; c += kWarpSize) {
+    const uint4 v = src[c];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float s = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+  if (lane == 0) scale[row] = s;
+  uint2* dst = reinterpret_cast<uint2*>(q + row * K);
+  for (int c = lane; c < kChunks; c += kWarpSize) {
+    const uint4 v = src[c];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+    uint32_t out[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 a = __bfloat1622float2(h[2 * i]), b = __bfloat1622float2(h[2 * i + 1]);
+      const uint32_t b0 = __nv_cvt_float_to_fp8(__fdiv_rn(a.x, s), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t b1 = __nv_cvt_float_to_fp8(__fdiv_rn(a.y, s), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t b2 = __nv_cvt_float_to_fp8(__fdiv_rn(b.x, s), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t b3 = __nv_cvt_float_to_fp8(__fdiv_rn(b.y, s), __NV_SATFINITE, __NV_E4M3);
+      out[i] = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
+    }
+    dst[c] = make_uint2(out[0], out[1]);
+  }
 }
 
 // Rows gathered from token-order hidden states (GEMM1's activations).

@@ -18,14 +18,21 @@ namespace moegen::sm90 {
 //
 // GEMM1 epilogue: prepare interleaves W1|W3 in blocks of 8 rows (gate rows r..r+7, then the
 // matching up rows), so accumulator rows g and g+8 of a thread are gate and up of one column.
+//
+// Per-row factors (token columns of the accumulators), staged by the kernel in shared memory as
+// [BN][kRowFactors]: the activation row's e4m3 scale first (W4A8, kActScale), then GEMM2's routing
+// weight.  A thread's element e sits in token column 2 (lane % 4) + 8 (e / 4) + e % 2.
 template <class P>
 struct SwigluEpilogue {
-  static constexpr bool kRowFactors = false;
-  using Out = __nv_bfloat16;  // GEMM2's B operand
+  static constexpr bool kActScale = P::kFp8Activations;
+  static constexpr bool kRoutingWeight = false;
+  static constexpr int kRowFactors = kActScale;
+  using Out = __nv_bfloat16;  // GEMM2's B operand (quantized per row again for W4A8 GEMM2s)
   template <class Accum, class Coords>
   __device__ static void apply(const GemmParams& p, const Accum& acc, const Coords& coords, int expert,
-                               int row_base, int row0, int row_end, float escale, const float* /*row_factors*/) {
+                               int row_base, int row0, int row_end, float escale, const float* row_factors) {
     constexpr int I = P::kInter;
+    const float* act_scales = row_factors + 2 * (threadIdx.x % 4) * kRowFactors;
     Out* out = static_cast<Out*>(p.out);
     // Every element of this thread is gate/up row pair g / g+8 of one intermediate column j.
     const int r_first = row_base + cute::get<0>(coords(0));
@@ -46,7 +53,9 @@ struct SwigluEpilogue {
         int j = (r / 16) * 8 + r % 16;
         int row = row0 + cute::get<1>(mn);
         if (j < I && row < row_end) {
-          float gate = acc(e + v) * escale + bias_gate, up = acc(e + v + 2) * escale + bias_up;
+          float scale = escale;
+          if constexpr (kActScale) scale *= act_scales[(8 * (e / 4) + v) * kRowFactors];
+          float gate = acc(e + v) * scale + bias_gate, up = acc(e + v + 2) * scale + bias_up;
           out[size_t(row) * I + j] = __float2bfloat16(activation<P>(gate, up));
         }
       }
@@ -62,7 +71,9 @@ struct SwigluEpilogue {
 // write 32 contiguous bytes of one row, a whole sector.
 template <class P>
 struct WeightedEpilogue {
-  static constexpr bool kRowFactors = true;
+  static constexpr bool kActScale = P::kFp8Activations;
+  static constexpr bool kRoutingWeight = true;
+  static constexpr int kRowFactors = kActScale + 1;
   using Out = float;
   template <class Accum, class Coords>
   __device__ static void apply(const GemmParams& p, const Accum& acc, const Coords& coords, int expert,
@@ -79,14 +90,17 @@ struct WeightedEpilogue {
     // Element e sits in token column 2 (lane % 4) + 8 (e / 4) + e % 2 (the wgmma accumulator
     // layout): one base register plus immediates, rather than an address per element, which
     // ptxas hoisted out of the tile loop and spilled.
-    const float* factors = row_factors + 2 * (threadIdx.x % 4);
+    const float* factors = row_factors + 2 * (threadIdx.x % 4) * kRowFactors;
     CUTE_UNROLL
     for (int e = 0; e < cute::size(acc); ++e) {
       auto mn = coords(e);
       const int n = row_base + cute::get<0>(mn), row = row0 + cute::get<1>(mn);
       if (n < H && row < row_end) {
         const float bias = (e & 2) ? bias_hi : bias_lo;
-        out[size_t(row) * H + n] = (acc(e) * escale + bias) * factors[8 * (e / 4) + e % 2];
+        const float* f = factors + (8 * (e / 4) + e % 2) * kRowFactors;
+        float scale = escale;
+        if constexpr (kActScale) scale *= f[0];
+        out[size_t(row) * H + n] = (acc(e) * scale + bias) * f[kRowFactors - 1];
       }
     }
   }

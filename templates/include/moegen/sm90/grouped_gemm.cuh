@@ -1,7 +1,9 @@
-// Grouped GEMM for MoE experts on SM90: MXFP4 weights x BF16 activations, FP32 accumulation.
+// Grouped GEMM for MoE experts on SM90: MXFP4 weights x BF16 activations (or, W4A8, x e4m3
+// activations with per-row scales), FP32 accumulation.
 //
 // Swap-AB: the weight rows are the wgmma M side (64 per warpgroup, register-sourced A operand,
-// widened from e2m1 in registers), tokens are the N side (B operand, bf16 in shared memory).
+// widened from e2m1 in registers to bf16, or to e4m3 by table), tokens are the N side (B operand in
+// shared memory).
 // One CTA computes a BM x BN tile of  out^T[weight row, token row]  for one expert: blockIdx.x
 // picks a work tile (expert, first token row) from the schedule the routing stage built on the
 // device, and the weight-row tile.  A ring of `Stages` shared-memory slots feeds both operands:
@@ -19,6 +21,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +48,10 @@ __device__ __forceinline__ uint32_t smem_window_base() {
 }
 
 // wgmma with its accumulators passed one by one (the atom's fma takes N/2 float references).
-template <class Op, class Acc, size_t... I>
+// kAccumulate false: D = A B, discarding what the accumulators held.
+template <class Op, bool kAccumulate = true, class Acc, size_t... I>
 __device__ __forceinline__ void wgmma_rs(const uint32_t* a, uint64_t desc_b, Acc* acc, std::index_sequence<I...>) {
-  Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., GMMA::ScaleOut::One);
+  Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., kAccumulate ? GMMA::ScaleOut::One : GMMA::ScaleOut::Zero);
 }
 
 // Prepared weight atoms: 64 weight rows x 64 K, 16 bytes of e2m1 per thread of a warpgroup.
@@ -55,6 +59,12 @@ constexpr int kAtomRows = 64;
 constexpr int kAtomK = 64;
 constexpr int kAtomBytes = 2048;
 constexpr int kAtomScaleBytes = 128;  // [warp][g][(g,kg0) (g+8,kg0) (g,kg1) (g+8,kg1)]
+
+// W4A8 widening table: entries for binades d = kWidenTableMinD .. 6 below/above the expert's residual
+// (moegen.fp8: TABLE_MIN_D, FOLD_HEADROOM), 8 e4m3 magnitudes each.
+constexpr int kWidenTableMinD = -13;
+constexpr int kWidenTableEntries = 6 - kWidenTableMinD + 1;
+constexpr int kWidenTableBytes = 8 * kWidenTableEntries;
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
@@ -92,9 +102,18 @@ struct TileShape {
 };
 
 // N, K: the GEMM's true output rows and reduction length; NPad, KPad: the prepared tensor's padded
-// sizes (the weight layout, moegen/layout.py).
-template <class Tile_, int N, int K, int NPad, int KPad, class Epilogue>
+// sizes (the weight layout, moegen/layout.py).  Act: the B operand's type, bfloat16_t or (W4A8)
+// float_e4m3_t; one wgmma step covers 32 bytes of K either way (k16 or k32), so a 128-byte swizzle
+// row of the B tile is 64 or 128 K values and the ring's byte geometry is the same.
+template <class Tile_, int N, int K, int NPad, int KPad, class Epilogue_, class Act = bfloat16_t>
 struct GroupedGemm {
+  using Epilogue = Epilogue_;
+  using ActType = Act;
+  static constexpr bool kFp8 = std::is_same_v<Act, float_e4m3_t>;
+  static_assert(kFp8 || std::is_same_v<Act, bfloat16_t>, "activations: bf16 or e4m3");
+  static_assert(kFp8 == Epilogue::kActScale, "e4m3 activations carry per-row scales into the epilogue");
+  static constexpr int kActBytes = int(sizeof(Act));
+  static constexpr int kMmaK = 32 / kActBytes;  // K of one wgmma
   static constexpr int BM = Tile_::BM, BN = Tile_::BN, BK = Tile_::BK, Stages = Tile_::Stages;
   static constexpr int kN = N, kK = K;  // true (unpadded) output rows and reduction length
   using Tiling = Tile_;
@@ -117,39 +136,43 @@ struct GroupedGemm {
   static constexpr int kMTiles = ceil_div(N, BM);
   static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor");
   static constexpr int kAtomsK = BK / kAtomK;
-  static constexpr int kKBlocks = BK / 16;  // wgmma k16 steps per K tile
+  static_assert((BK * kActBytes) % 128 == 0, "a K tile is whole 128-byte swizzle rows of B");
+  static constexpr int kKBlocks = BK / kMmaK;  // wgmma steps per K tile
   // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
   // so the mainloop is instantiated at most 4 times).
   static constexpr int kNStep = BN / 4 > 8 ? BN / 4 : 8;
   static_assert(BN % kNStep == 0, "wgmma widths are multiples of the step");
 
-  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<bfloat16_t>{},
+  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Act>{},
                                              make_shape(Int<BN>{}, Int<BK>{}, Int<Stages>{})));
 
   // Byte offsets of the B operand the consumers' descriptors use (start addresses are unswizzled):
   // k block kb at (kb % 4) * 32 + (kb / 4) * kBAtomColumnBytes, slot s at s * kBStageBytes.
   static constexpr int kBAtomColumnBytes = (BN / 8) * 1024;
-  static constexpr int kBStageBytes = 2 * BN * BK;
+  static constexpr int kBStageBytes = kActBytes * BN * BK;
   static constexpr bool b_offsets_match_cute() {
     constexpr auto layout = SmemLayoutB{}.layout_b();
     for (int kb = 0; kb < kKBlocks; ++kb)
-      if (2 * int(layout(0, kb * 16, 0)) != (kb % 4) * 32 + (kb / 4) * kBAtomColumnBytes) return false;
-    return Stages < 2 || 2 * int(layout(0, 0, 1)) == kBStageBytes;
+      if (kActBytes * int(layout(0, kb * kMmaK, 0)) != (kb % 4) * 32 + (kb / 4) * kBAtomColumnBytes) return false;
+    return Stages < 2 || kActBytes * int(layout(0, 0, 1)) == kBStageBytes;
   }
   static_assert(b_offsets_match_cute(), "B descriptor offsets disagree with CuTe's SW128 layout");
 
   struct SharedStorage {
-    alignas(1024) bfloat16_t b[cosize_v<SmemLayoutB>];
+    alignas(1024) Act b[cosize_v<SmemLayoutB>];
     alignas(128) uint8_t a[Stages][kSlices][kAtomsK][kAtomBytes];
     alignas(128) uint8_t s[Stages][kSlices][kAtomsK][kAtomScaleBytes];
     uint64_t full[Stages];   // weights (bulk copy bytes) + B rows (producer lanes' cp.async) landed
     uint64_t empty[Stages];  // every consumer thread's wgmma reading the slot retired
-    // The tile's per-row epilogue factors (GEMM2: routing weights), double-buffered by tile parity.
-    float row_factor[Epilogue::kRowFactors ? 2 : 1][Epilogue::kRowFactors ? BN : 1];
+    // The tile's per-row epilogue factors ([BN][kRowFactors]: activation scales, routing weights),
+    // double-buffered by tile parity.
+    float row_factor[Epilogue::kRowFactors ? 2 : 1][Epilogue::kRowFactors ? BN * Epilogue::kRowFactors : 1];
+    // W4A8: the e2m1 -> e4m3 widening table (moegen.fp8.widening_table), 8 bytes per binade.
+    alignas(8) uint8_t widen_table[kFp8 ? kWidenTableBytes : 8];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "SM90 gives a CTA at most 227 KiB of shared memory");
-  // Row factors each consumer thread loads and stages in shared memory before the epilogue.
+  // Token rows whose factors each consumer thread loads and stages in shared memory before the epilogue.
   static constexpr int kRowFactorsPerThread = Epilogue::kRowFactors ? ceil_div(BN, kConsumerThreads) : 0;
   static constexpr uint32_t kWeightBytesPerStage = kSlices * kAtomsK * (kAtomBytes + kAtomScaleBytes);
 
@@ -158,7 +181,8 @@ struct GroupedGemm {
   static constexpr int kProducerWarps = Tile_::kProducerWarps;
   static_assert((BN / 8) % kProducerWarps == 0, "every producer warp copies the same number of rows");
   static constexpr int kBRowsPerLane = BN / 8 / kProducerWarps;
-  static constexpr int kBChunksPerRow = BK / 8;
+  static constexpr int kBChunksPerRow = BK * kActBytes / 16;
+  static constexpr int kChunkValues = 16 / kActBytes;
   static constexpr int kBChunksPerLaneRow = kBChunksPerRow / 4;
 };
 
@@ -198,29 +222,38 @@ struct WorkTile {
   int expert, m_tile, row0, row_end;
 };
 
-// What the epilogue needs besides the accumulators: the expert's scale and, for GEMM2, the routing
-// weight of each token row, loaded once per tile (one or two per consumer thread, all in flight
-// together) and staged in shared memory, where the epilogue reads them.  The epilogue used to load
-// each element's weight itself, in chunks of 16: an L2 round trip per chunk between its stores.
-// (Loading them when the tile starts, to land during the mainloop, kept registers live through it
-// and spilled m128n64k128 and m64n128k64.)
+// What the epilogue needs besides the accumulators: the expert's scale and the per-row factors of the
+// tile's token rows (GEMM2: routing weights; W4A8: the activation rows' scales), loaded once per tile
+// (all in flight together) and staged in shared memory, where the epilogue reads them.  (Each
+// element loading its own factor cost an L2 round trip per chunk of 16 between the stores; loading
+// them when the tile starts, to land during the mainloop, kept registers live through it and spilled
+// m128n64k128 and m64n128k64.)
 //
 // Consumer threads only (named barrier 1): `row_factors` is complete when this returns; the
 // expert's scale (2^shift folded out of its e8m0 scales) is returned.
 template <class G>
 __device__ __forceinline__ float stage_epilogue_inputs(const GemmParams& p, const WorkTile& t, float* row_factors) {
+  using Epilogue = typename G::Epilogue;
   const float expert_scale = __ldg(p.expert_scale + t.expert);
   if constexpr (G::kRowFactorsPerThread > 0) {
-    float v[G::kRowFactorsPerThread];
+    constexpr int F = Epilogue::kRowFactors;
+    float v[G::kRowFactorsPerThread][F];
     CUTE_UNROLL
     for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
       const int j = int(threadIdx.x) + i * G::kConsumerThreads, row = t.row0 + j;
-      v[i] = j < G::BN && row < t.row_end ? __ldcg(p.row_weight + row) : 0.f;
+      const bool live = j < G::BN && row < t.row_end;
+      if constexpr (Epilogue::kActScale) {
+        const int src = live && p.act_row ? __ldcg(p.act_row + row) : row;
+        v[i][0] = live ? __ldcg(p.act_scale + src) : 0.f;
+      }
+      if constexpr (Epilogue::kRoutingWeight) v[i][F - 1] = live ? __ldcg(p.row_weight + row) : 0.f;
     }
     CUTE_UNROLL
     for (int i = 0; i < G::kRowFactorsPerThread; ++i) {
       const int j = int(threadIdx.x) + i * G::kConsumerThreads;
-      if (j < G::BN) row_factors[j] = v[i];
+      CUTE_UNROLL
+      for (int f = 0; f < F; ++f)
+        if (j < G::BN) row_factors[j * F + f] = v[i][f];
     }
     asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");
   }
@@ -241,8 +274,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   auto full_bar = [&](int slot) { return full0 + 8u * uint32_t(slot); };
   auto empty_bar = [&](int slot) { return empty0 + 8u * uint32_t(slot); };
 
-  using Mma = decltype(make_tiled_mma(
-      SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<NA>, Int<BK>>>()));
+  using Act = typename G::ActType;
+  using Mma = decltype(make_tiled_mma(SM90::GMMA::rs_op_selector<Act, Act, float, Shape<_64, Int<NA>, Int<BK>>>()));
   Tensor sB_all = make_tensor(make_smem_ptr(ss.b), typename G::SmemLayoutB{});
   // The first NA rows of every slot: 8-row groups keep their 1024-byte stride, so the sub-tile is
   // still a canonical K-major SW128 operand.
@@ -251,16 +284,37 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   auto thr_mma = mma.get_thread_slice(wg_tid);
   Tensor tCsB = thr_mma.partition_B(sB);          // (MMA, MMA_N, MMA_K, PIPE)
   Tensor tCrB = thr_mma.make_fragment_B(tCsB);    // smem descriptors
-  // Per 64-row slice of this warpgroup: A fragments in the atom's value order (k+1, m+8, k+8) per
-  // k16 block, two of them so one converts while the other feeds the wgmma in flight; accumulators.
+  // Per 64-row slice of this warpgroup: A fragments (4 registers per wgmma step: bf16 in the atom's
+  // value order (k+1, m+8, k+8) per k16 block, or e4m3 bytes), two of them so one converts while the
+  // other feeds the wgmma in flight; accumulators.
   constexpr int R = G::kSlicesPerConsumer;
-  using FragA = decltype(make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{}));
+  using FragA = std::conditional_t<G::kFp8, decltype(make_tensor<uint32_t>(Shape<Int<G::kKBlocks * 4>>{})),
+                                   decltype(make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{}))>;
   using Accum = decltype(partition_fragment_C(mma, Shape<_64, Int<NA>>{}));
   struct Frags { FragA f[R]; };  // (a generic lambda taking `auto (&)[R]` crashes cudafe++ 13.0)
   Frags tCrA0, tCrA1;
   Accum accum[R];
   CUTE_UNROLL
   for (int r = 0; r < R; ++r) clear(accum[r]);
+  // FP8 wgmma keeps only about 14 bits of its accumulator's mantissa as it adds (DeepSeek-V3's
+  // report; on the H200 the layer measured 1.2-1.4e-2 against its float64 reference with one
+  // accumulator over K = 4096): each K tile's wgmmas start fresh in `part`, which FP32 adds then
+  // promote into `accum` (DeepGEMM's promotion), every 128 or 256 K values.
+  Accum part[G::kFp8 ? R : 1];
+  if constexpr (G::kFp8) {
+    CUTE_UNROLL
+    for (int r = 0; r < R; ++r) clear(part[r]);
+  }
+  auto promote = [&]() MOEGEN_INLINE {
+    CUTE_UNROLL
+    for (int r = 0; r < R; ++r) {
+      warpgroup_fence_operand(part[r]);
+      warpgroup_fence_operand(accum[r]);
+      CUTE_UNROLL
+      for (int i = 0; i < size(accum[r]); ++i) accum[r](i) += part[r](i);
+      warpgroup_fence_operand(accum[r]);
+    }
+  };
 
   const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
 
@@ -273,15 +327,26 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
       const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][slice][ak][wg_tid * 16]);
       const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][slice][ak][warp * 32 + g * 4]);
       const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
-      // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
-      const uint32_t pair_g = scale_pair_rows_g(sw), pair_g8 = scale_pair_rows_g8(sw);
-      CUTE_UNROLL
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t out[4];  // words 0, 1: the atom's first 32-wide scale group; 2, 3: its second
-        if (kk < 2) e2m1x8_to_bf16x8<false>(w4[kk], pair_g, pair_g8, out);
-        else e2m1x8_to_bf16x8<true>(w4[kk], pair_g, pair_g8, out);
+      if constexpr (G::kFp8) {
+        // Word kk: 32-group kk / 2 of row g (kk even) or g + 8, whose table entry is scale byte kk.
+        // It fills registers kk % 2 and kk % 2 + 2 of the atom's k32 step kk / 2.
+        const uint2* table = reinterpret_cast<const uint2*>(ss.widen_table);
         CUTE_UNROLL
-        for (int j = 0; j < 4; ++j) regs[(ak * 4 + kk) * 4 + j] = out[j];
+        for (int kk = 0; kk < 4; ++kk) {
+          const int reg = (ak * 2 + kk / 2) * 4 + kk % 2;
+          e2m1x8_to_e4m3x8(w4[kk], table[(sw >> (8 * kk)) & 0xFFu], regs[reg], regs[reg + 2]);
+        }
+      } else {
+        // scale bytes: (row g, group 0), (row g+8, group 0), (row g, group 1), (row g+8, group 1)
+        const uint32_t pair_g = scale_pair_rows_g(sw), pair_g8 = scale_pair_rows_g8(sw);
+        CUTE_UNROLL
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t out[4];  // words 0, 1: the atom's first 32-wide scale group; 2, 3: its second
+          if (kk < 2) e2m1x8_to_bf16x8<false>(w4[kk], pair_g, pair_g8, out);
+          else e2m1x8_to_bf16x8<true>(w4[kk], pair_g, pair_g8, out);
+          CUTE_UNROLL
+          for (int j = 0; j < 4; ++j) regs[(ak * 4 + kk) * 4 + j] = out[j];
+        }
       }
     }
   };
@@ -290,7 +355,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // word's bits above the start address); the start address is the window base plus compile-time
   // offsets (the K loop below unrolls over the ring, so slots are constants too).  ptxas then
   // builds them with uniform adds instead of a per-thread add and two R2UR moves per wgmma.
-  using Op = decltype(SM90::GMMA::rs_op_selector<bfloat16_t, bfloat16_t, float, Shape<_64, Int<NA>, _16>>());
+  using Op = decltype(SM90::GMMA::rs_op_selector<Act, Act, float, Shape<_64, Int<NA>, Int<G::kMmaK>>>());
   constexpr int kAccRegs = NA / 2;  // m64nNA fp32 accumulator registers per thread
   static_assert(decltype(size(Accum{}))::value == kAccRegs, "accumulator layout");
   static_assert(decltype(size<1>(typename MMA_Traits<Op>::Shape_MNK{}))::value == NA,
@@ -301,10 +366,11 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
                            (((smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, b))) >> 4) & 0x3FFFu);
   auto mma_tile = [&](Frags& frags, auto slot, uint32_t desc_lo) MOEGEN_INLINE {
     FragA* frag = frags.f;
+    Accum* acc = G::kFp8 ? part : accum;
     CUTE_UNROLL
     for (int r = 0; r < R; ++r) {
       warpgroup_fence_operand(frag[r]);
-      warpgroup_fence_operand(accum[r]);
+      warpgroup_fence_operand(acc[r]);
     }
     warpgroup_arrive();
     CUTE_UNROLL
@@ -313,13 +379,17 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
                                        (kb / 4) * G::kBAtomColumnBytes);
       const uint64_t desc = (uint64_t(desc_hi) << 32) | (desc_lo + offset / 16);
       CUTE_UNROLL
-      for (int r = 0; r < R; ++r)  // the slices share the B tile: same descriptor
-        wgmma_rs<Op>(reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag[r].data())) + kb * 4, desc,
-                     raw_pointer_cast(accum[r].data()), std::make_index_sequence<kAccRegs>{});
+      for (int r = 0; r < R; ++r) {  // the slices share the B tile: same descriptor
+        const uint32_t* a = reinterpret_cast<const uint32_t*>(raw_pointer_cast(frag[r].data())) + kb * 4;
+        if (G::kFp8 && kb == 0)
+          wgmma_rs<Op, false>(a, desc, raw_pointer_cast(acc[r].data()), std::make_index_sequence<kAccRegs>{});
+        else
+          wgmma_rs<Op>(a, desc, raw_pointer_cast(acc[r].data()), std::make_index_sequence<kAccRegs>{});
+      }
     }
     warpgroup_commit_batch();
     CUTE_UNROLL
-    for (int r = 0; r < R; ++r) warpgroup_fence_operand(accum[r]);
+    for (int r = 0; r < R; ++r) warpgroup_fence_operand(acc[r]);
   };
 
   // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
@@ -332,6 +402,15 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     mbar_wait(full_bar(slot), phase);
     CUTE_UNROLL
     for (int r = 0; r < R; ++r) convert(frag[r], slot, r);
+    if constexpr (G::kFp8) {
+      // Tile kt-1's wgmmas retire and their partial sums join `accum` (zeros at kt = 0) before
+      // tile kt's start over in `part`; tile kt's widening above still overlapped them.
+      warpgroup_wait<0>();
+      promote();
+      if (kt > 0) mbar_arrive(empty_bar((decltype(slot)::value + Stages - 1) % Stages));
+      mma_tile(frags, slot, desc_lo);
+      return;
+    }
     mma_tile(frags, slot, desc_lo);
     warpgroup_wait<1>();
     CUTE_UNROLL
@@ -368,6 +447,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   if constexpr (kTailJoinsLastRound) round(kLoopTiles, phase, Int<kUnroll + 1>{});
   else if constexpr (kTail > 0) round(kKTiles - kTail, phase, Int<kTail>{});
   warpgroup_wait<0>();
+  if constexpr (G::kFp8) promote();
   // The last slot goes back too: the producer refills the ring for this CTA's next tile while the
   // epilogue runs.
   mbar_arrive(empty_bar((kKTiles - 1) % Stages));
@@ -440,6 +520,16 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     constexpr int kWords = int(sizeof(ss.b) / sizeof(uint4));
     for (int i = tid; i < kWords; i += G::kThreads) b_words[i] = make_uint4(0, 0, 0, 0);
   }
+  if constexpr (G::kFp8) {  // the widening table: byte m of entry i is e4m3(magnitude m * 2^(i + min d))
+    static_assert(G::kThreads >= kWidenTableBytes, "one thread per table byte");
+    if (tid < kWidenTableBytes) {
+      // e2m1 magnitude m (exponent m >> 1, mantissa m & 1): 0, 0.5, 1, 1.5, 2, 3, 4, 6, times 2^d: exact
+      const int m = tid % 8, e = m >> 1;
+      const float magnitude = e == 0 ? 0.5f * float(m & 1) : ldexpf(1.f + 0.5f * float(m & 1), e - 1);
+      const float v = ldexpf(magnitude, tid / 8 + kWidenTableMinD);
+      ss.widen_table[tid] = uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));  // nearest even
+    }
+  }
   if (tid == 0) {
     for (int s = 0; s < Stages; ++s) {
       mbar_init(full_bar(s), 32 * G::kProducerWarps);  // the producer lanes' cp.async arrivals
@@ -495,11 +585,15 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         if (p.schedule_ready) pdl_wait();
         pdl_launch_dependents();
       }
-      const __nv_bfloat16* row_src[G::kBRowsPerLane];
+      // Byte pointers: a 16-byte chunk is 8 bf16 or 16 e4m3 values (G::kChunkValues).
+      const uint8_t* act = static_cast<const uint8_t*>(p.act);
+      const uint8_t* row_src[G::kBRowsPerLane];
       CUTE_UNROLL
       for (int i = 0; i < G::kBRowsPerLane; ++i) {
         const int r = t.row0 + rr + 8 * (pwarp + G::kProducerWarps * i);
-        row_src[i] = r < t.row_end ? p.act + size_t(p.act_row ? __ldcg(p.act_row + r) : r) * K + kq * 8 : nullptr;
+        row_src[i] = r < t.row_end ? act + (size_t(p.act_row ? __ldcg(p.act_row + r) : r) * K + kq * G::kChunkValues) *
+                                               G::kActBytes
+                                   : nullptr;
       }
       for (int kt = 0; kt < kKTiles; ++kt) {
         const int slot = kt % Stages;
@@ -510,13 +604,14 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         const int k0 = kt * BK;
         CUTE_UNROLL
         for (int h = 0; h < G::kBChunksPerLaneRow; ++h) {
-          const int k = k0 + (kq + 4 * h) * 8;
+          const int k = k0 + (kq + 4 * h) * G::kChunkValues;
           const bool k_ok = (K % BK == 0) || k < K;  // K past the end is zero-filled
           const uint32_t dst = ((b_base ^ uint32_t((h % 2) * 64)) + uint32_t(h / 2) * kKAtomBytes) +
                                uint32_t(slot) * kBStageBytes;
+          const size_t src_offset = size_t(k0 + 4 * G::kChunkValues * h) * G::kActBytes;
           CUTE_UNROLL
           for (int i = 0; i < G::kBRowsPerLane; ++i)
-            if (row_src[i]) cp_async_16(dst + i * kRowStepBytes, k_ok ? row_src[i] + k0 + 32 * h : p.act, k_ok);
+            if (row_src[i]) cp_async_16(dst + i * kRowStepBytes, k_ok ? row_src[i] + src_offset : act, k_ok);
         }
         mbar_arrive_on_cp_async(full_bar(slot));
       }

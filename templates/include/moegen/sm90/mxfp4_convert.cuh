@@ -51,4 +51,16 @@ __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t q, uint32_t pair_g, ui
   out[3] = bf16x2_mul_half<kGroup1>((rotl(q, 6) & (kValue & ~kE1)) | (rotl(q, 14) & kE1), pair_g8);
 }
 
+// W4A8: e2m1 -> e4m3 by table.  An e4m3 wgmma A fragment register holds 4 values of one row and one
+// 32-group, so one table serves a word: `table` holds the 8 e4m3 magnitudes (0, 0.5 ... 6) x 2^d of
+// the group's binade d (moegen.fp8.widening_table, built per CTA in shared memory), and each value's
+// 3 magnitude bits select its byte.  moegen.prepare (pack_sm90_e4m3) puts register lo's magnitudes in
+// nibbles 0-3 and signs at bits 3, 11, 19, 27, register hi's magnitudes in nibbles 4-7 and signs at
+// bits 7, 15, 23, 31: one AND, two byte permutes, one shift and two AND-ORs per 8 values.
+__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t q, uint2 table, uint32_t& lo, uint32_t& hi) {
+  const uint32_t magnitudes = q & 0x77777777u;  // selector nibbles 0..7 (bit 3 would replicate signs)
+  lo = __byte_perm(table.x, table.y, magnitudes) | ((q << 4) & 0x80808080u);
+  hi = __byte_perm(table.x, table.y, magnitudes >> 16) | (q & 0x80808080u);
+}
+
 }  // namespace moegen::sm90

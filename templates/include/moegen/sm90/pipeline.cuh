@@ -1,10 +1,13 @@
 // SM90's part of the layer after routing: GEMM1 (gather fused into its B-operand loads, SwiGLU in
-// its epilogue) -> GEMM2 (routing weight in its epilogue) -> finalize.  The layer's translation unit
-// includes this after moegen/layer.cuh.
+// its epilogue) -> GEMM2 (routing weight in its epilogue) -> finalize.  W4A8 (P::kFp8Activations)
+// quantizes each GEMM's activation rows to e4m3 with one fp32 scale per row first: the hidden
+// states (token order; GEMM1 gathers them), and GEMM1's bf16 output (expert order); the epilogues
+// apply the scales.  The layer's translation unit includes this after moegen/layer.cuh.
 #pragma once
 #include "moegen/finalize.cuh"
 #include "moegen/gemm_params.cuh"
 #include "moegen/layer.cuh"
+#include "moegen/quantize.cuh"
 
 namespace moegen {
 
@@ -14,6 +17,10 @@ struct Pipeline {
     RoutingWorkspace<P> routing;
     __nv_bfloat16* h;  // [rows, I] SwiGLU output in expert order
     float* y;          // [rows, H] weighted GEMM2 output in expert order (WeightedEpilogue::Out)
+    uint8_t* x_q;      // W4A8: [T, H] e4m3 hidden states, token order
+    float* x_scale;    // [T]
+    uint8_t* h_q;      // [rows, I] e4m3 `h`
+    float* h_scale;    // [rows]
   };
 
   // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
@@ -25,6 +32,14 @@ struct Pipeline {
     w.routing.carve(c, num_tokens);
     c.take(w.h, size_t(rows) * P::kInter);
     c.take(w.y, size_t(rows) * P::kHidden);
+    w.x_q = w.h_q = nullptr;
+    w.x_scale = w.h_scale = nullptr;
+    if constexpr (P::kFp8Activations) {
+      c.take(w.x_q, size_t(num_tokens) * P::kHidden);
+      c.take(w.x_scale, size_t(num_tokens));
+      c.take(w.h_q, size_t(rows) * P::kInter);
+      c.take(w.h_scale, size_t(rows));
+    }
     return c.bytes();
   }
 
@@ -33,29 +48,47 @@ struct Pipeline {
     const RoutingWorkspace<P>& r = ws.routing;
     const int T = rp.num_tokens;
     const long rows = long(T) * P::kTopK;
+    constexpr int kRowsPerBlock = 8;  // quantize_per_row_kernel: one warp per row
+    if constexpr (P::kFp8Activations) {
+      const cudaError_t e = launch_pdl(quantize_per_row_kernel<P::kHidden>, dim3(unsigned((T + kRowsPerBlock - 1) / kRowsPerBlock)),
+                                       dim3(kRowsPerBlock * kWarpSize), 0, stream,
+                                       static_cast<const __nv_bfloat16*>(hidden), long(T), (const int32_t*)nullptr,
+                                       ws.x_q, ws.x_scale);
+      if (e != cudaSuccess) return fail(int(e), "quantize hidden: %s", cudaGetErrorString(e));
+    }
     GemmParams g1{};
     g1.w = w.w13;
     g1.w_scales = w.w13_scales;
     g1.expert_scale = w.w13_expert_scale;
     g1.bias = w.b13;
-    g1.act = static_cast<const __nv_bfloat16*>(hidden);
+    g1.act = P::kFp8Activations ? static_cast<const void*>(ws.x_q) : hidden;
+    g1.act_scale = ws.x_scale;
     g1.act_row = r.row_token;  // gather fused into the B-operand loads
     g1.work_expert = r.work1_expert;
     g1.work_row0 = r.work1_row0;
     g1.work_row_end = r.work1_row_end;
     g1.num_work = r.num_work;
     g1.out = ws.h;
-    g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
+    g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation (or the quantizer)
     int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
                                                         rows, stream);
     if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
 
+    if constexpr (P::kFp8Activations) {  // the local experts' rows only: offsets[E_local]
+      const cudaError_t e = launch_pdl(quantize_per_row_kernel<P::kInter>,
+                                       dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock)),
+                                       dim3(kRowsPerBlock * kWarpSize), 0, stream, static_cast<const __nv_bfloat16*>(ws.h),
+                                       rows, static_cast<const int32_t*>(r.offsets + P::kLocalExperts), ws.h_q,
+                                       ws.h_scale);
+      if (e != cudaSuccess) return fail(int(e), "quantize h: %s", cudaGetErrorString(e));
+    }
     GemmParams g2{};
     g2.w = w.w2;
     g2.w_scales = w.w2_scales;
     g2.expert_scale = w.w2_expert_scale;
     g2.bias = w.b2;
-    g2.act = ws.h;
+    g2.act = P::kFp8Activations ? static_cast<const void*>(ws.h_q) : ws.h;
+    g2.act_scale = ws.h_scale;
     g2.act_row = nullptr;
     g2.work_expert = r.work2_expert;
     g2.work_row0 = r.work2_row0;
@@ -63,7 +96,7 @@ struct Pipeline {
     g2.num_work = r.num_work + 1;
     g2.row_weight = r.row_weight;
     g2.out = ws.y;
-    g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
+    g2.schedule_ready = 1;  // its schedule was complete before GEMM1 (and the quantizer before it) started
     rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));

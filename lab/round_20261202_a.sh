@@ -3,11 +3,12 @@
 #   A: the W4A8 GPU tests (their libraries carried), meanwhile the BF16 tests' libraries on the
 #      default kernels (every GEMM header changed, so every object is new) on all cores.
 #   B: the BF16 GPU suite on them; compute-sanitizer on a W4A8 layer.
-#   C: tune DeepSeek-V4-Flash's W4A8 shortlist (carried build), compact it into configs/dispatch,
-#      then one bench run: the BF16 default build of this commit, the W4A8 tuned build, and the BF16
-#      build of the previous commit (generated/_default, carried).
+#   C1: build DeepSeek-V4-Flash's W4A8 shortlist, its BF16 default kernels and the W4A8 tests'
+#      libraries on all cores; tune the shortlist, compact it into configs/dispatch.
+#   C2: one bench run: the BF16 default build of this commit, the W4A8 tuned build, and the BF16
+#      build of the previous commit (generated/_default, carried); the W4A8 GPU tests again.
 # Results (logs, tables, bench JSON) in $OUT/results.tgz.
-#   bash lab/round_20261202_a.sh OUT A|B|C
+#   bash lab/round_20261202_a.sh OUT A|B|C1|C2
 set -uo pipefail
 OUT=$1
 R=/tmp/round_a; mkdir -p $R
@@ -31,9 +32,15 @@ if [ "$2" = B ]; then
   echo "sanitizer rc $?"; tail -2 $R/sanitizer-w4a8.log
   pack
 fi
-if [ "$2" = C ]; then
-  timeout -k 5 100 python3 -m moegen build --model deepseek-v4-flash --arch sm90 -j 16 > $R/build-bf16.log 2>&1 || tail -3 $R/build-bf16.log
-  timeout -k 5 200 python3 -m moegen tune --model deepseek-v4-flash --activations fp8 --kernels shortlist --no-build \
+if [ "$2" = C1 ]; then  # the W4A8 kernels changed after A (block_k 128 only): every build here
+  timeout -k 5 200 python3 -m moegen build --model deepseek-v4-flash --activations fp8 --arch sm90 --kernels shortlist \
+    -j 16 > $R/build-w4a8-shortlist.log 2>&1 &
+  timeout -k 5 200 python3 -m moegen build --model deepseek-v4-flash --arch sm90 -j 4 > $R/build-bf16.log 2>&1 &
+  timeout -k 5 200 python3 lab/build_test_libs.py --w4a8 > $R/build-w4a8-test-libs.log 2>&1 &
+  wait
+  tail -1 $R/build-w4a8-shortlist.log $R/build-bf16.log $R/build-w4a8-test-libs.log
+  grep -c SERIALIZED $R/build-w4a8-shortlist.log; grep -E "SPILL" $R/build-w4a8-shortlist.log | head -5
+  timeout -k 5 240 python3 -m moegen tune --model deepseek-v4-flash --activations fp8 --kernels shortlist --no-build \
     --tolerance 0 --buckets 1,4,16,64,256,1024,4096,16384 --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 \
     > $R/tune-w4a8.log 2>&1
   grep -E "T=|Error" $R/tune-w4a8.log | tail -10
@@ -44,9 +51,14 @@ if [ "$2" = C ]; then
     tail -2 $R/compact.log
   fi
   pack
-  timeout -k 5 270 python3 -m moegen bench --model deepseek-v4-flash --compare "w4a8=generated/deepseek-v4-flash-w4a8/sm90" \
+fi
+if [ "$2" = C2 ]; then
+  timeout -k 5 280 python3 -m moegen bench --model deepseek-v4-flash --compare "w4a8=generated/deepseek-v4-flash-w4a8/sm90" \
     --compare "bf16-611b0c3=generated/_default/deepseek-v4-flash/sm90" --tokens 1,4,16,64,256,1024,4096,16384 \
     --reps 10 --rounds 4 --warm-seconds 3 --json $R/bench.json > $R/bench.md 2> $R/bench.log
   cat $R/bench.md; tail -2 $R/bench.log
+  pack
+  timeout -k 5 150 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -s -p no:cacheprovider > $R/pytest-w4a8.log 2>&1
+  grep -E "seed|passed|failed|FAILED|Error" $R/pytest-w4a8.log | tail -12
   pack
 fi

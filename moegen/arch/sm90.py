@@ -197,19 +197,21 @@ SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", 
                   wgmma_serialization=wgmma_serialization)
 
 # W4A8 (issue 21): the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
-# and fp8 wgmma (k32).  A 128-wide e4m3 K tile has the bytes of a 64-wide bf16 one, so the tiles
-# below are the bf16 picks with K doubled: untuned until the H200 tuner times them.
+# and fp8 wgmma (k32).  A 128-wide e4m3 K tile has the bytes of a 64-wide bf16 one.  block_k is 128
+# only: each K tile's partial sums are promoted into the fp32 accumulators (FP8 wgmma accumulates at
+# reduced precision), so the promotion interval is block_k, and one interval for every kernel keeps
+# a token's result independent of the kernel its batch size picks (k256 kernels broke batch
+# invariance against k128 ones on the H200).  The tiles below are the bf16 picks: untuned until
+# the H200 tuner times them.
 FP8_FALLBACK = {
-    "decode": [(64, 8, 256, 4), (64, 8, 128, 6), (64, 8, 128, 4)],
-    "mid": [(64, 32, 256, 4), (64, 32, 128, 4), (64, 32, 128, 3)],
+    "decode": [(64, 8, 128, 6), (64, 8, 128, 4)],
+    "mid": [(64, 32, 128, 4), (64, 32, 128, 3)],
     "prefill": [(128, 128, 128, 4), (128, 64, 128, 4), (128, 128, 128, 3)],
 }
-# The bf16 shortlist with K doubled, plus k256 twins of the large tiles (one promotion per 256 K).
-FP8_SHORTLIST = ((64, 8, 256, 4), (64, 8, 256, 6), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 256, 4),
-                 (64, 16, 128, 4), (64, 16, 128, 6), (64, 32, 256, 4), (64, 32, 128, 4), (128, 32, 128, 6),
-                 (128, 64, 128, 6), (128, 64, 256, 4), (128, 128, 128, 4), (128, 128, 256, 4), (256, 64, 128, 6),
-                 (256, 128, 128, 6), (256, 128, 128, 4))
+FP8_SHORTLIST = ((64, 8, 128, 4), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 128, 4), (64, 16, 128, 6),
+                 (64, 32, 128, 4), (64, 32, 128, 6), (128, 32, 128, 6), (128, 64, 128, 4), (128, 64, 128, 6),
+                 (128, 128, 128, 4), (256, 64, 128, 4), (256, 64, 128, 6))
 SM90_FP8 = dataclasses.replace(SM90, weight_layout=SM90_E4M3_ATOMS.name, activation_format="fp8",
-                               # an e4m3 K tile is whole 128-byte swizzle rows of B
-                               axes={**AXES, "block_k": (128, 256)}, fallback=FP8_FALLBACK,
+                               # an e4m3 K tile is whole 128-byte swizzle rows of B; one promotion interval
+                               axes={**AXES, "block_k": (128,)}, fallback=FP8_FALLBACK,
                                shortlist=FP8_SHORTLIST)

@@ -103,14 +103,16 @@ def test_every_rule_is_live(index):
     """Each rule is the first to reject some config of the raw product space for some spec."""
     reason = SM90_RULES[index][0]
     hits = []
-    for spec in all_specs():
-        for gemm, shape in gemm_shapes(spec).items():
-            for c in raw_space():
-                if c.gemm == gemm and rejection_reason(c, shape) == reason:
-                    hits.append((spec.variant, c))
+    for policy in (SM90, cs.SM90_FP8):  # the BF16 and the W4A8 family share the rules
+        for spec in all_specs():
+            for gemm, shape in gemm_shapes(spec).items():
+                for values in itertools.product(*policy.axes.values()):
+                    c = policy.config(gemm, *values)
+                    if policy.rejection_reason(c, shape) == reason:
+                        hits.append((policy, spec, c))
     assert hits, f"rule never fires first: {reason}"
-    _, c = hits[0]
-    assert c not in candidate_configs(next(s for s in all_specs() if s.variant == hits[0][0]), "sm90")
+    policy, spec, c = hits[0]
+    assert c not in policy.candidate_configs(spec)
 
 
 def test_rule_examples():
@@ -136,6 +138,9 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 64, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), GemmShape(4096, 256)) == SM90_RULES[2][0]
+    fp8 = cs.SM90_FP8
+    assert fp8.rejection_reason(fp8.config("gemm2", 256, 64, 128, 4), k4096) == SM90_RULES[-1][0]
+    assert fp8.rejection_reason(fp8.config("gemm1", 256, 64, 128, 4), k4096) is None
 
 
 def test_two_ctas_per_sm_and_the_rendered_register_plan():

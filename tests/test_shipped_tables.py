@@ -14,12 +14,15 @@ GPU_DIR = SHIPPED_DIR / "sm90" / "nvidia-h200-132sm"
 DEPLOYED = [(m, {}) for m in known_models()] + [
     ("gpt-oss-120b", dict(tp_size=2)), ("gpt-oss-20b", dict(tp_size=2)),
     ("deepseek-v3", dict(ep_size=8, ep_rank=0)), ("deepseek-v4-flash", dict(ep_size=8, ep_rank=0)),
+    ("deepseek-v4-flash", dict(activations="fp8")),  # W4A8, tuned on its shortlist
 ]
 
 
 def _spec(model, split):
+    split = dict(split)
+    activations = split.pop("activations", "bf16")
     spec = load_model(model)
-    return spec.with_parallel(**split) if split else spec
+    return (spec.with_parallel(**split) if split else spec).with_activations(activations)
 
 
 @pytest.mark.parametrize("model,split", DEPLOYED, ids=[f"{m}{''.join(f'-{k}{v}' for k, v in s.items())}"
@@ -35,7 +38,7 @@ def test_every_deployed_problem_has_an_h200_table(model, split):
     assert table["tuned_with"].get("commit"), f"{path}: which commit was tuned is not recorded"
     tokens = [b["tokens"] for b in table["buckets"]]
     assert tokens == sorted(set(tokens)) and tokens[0] == 1
-    sm90, shapes = get_arch("sm90"), gemm_shapes(spec)
+    sm90, shapes = get_arch("sm90", spec.activations), gemm_shapes(spec)
     for b in table["buckets"]:
         for gemm in ("gemm1", "gemm2"):
             c = parse_kernel_name(b[gemm])

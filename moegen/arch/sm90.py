@@ -172,6 +172,9 @@ RULES: tuple[Rule, ...] = (
      lambda c, s: c.block_m == 64 or c.block_n >= 64 or (c.block_n >= 32 and two_ctas_per_sm(c))),
     ("a CTA's weight rows must lie inside the prepared tensor, whose rows are padded to 128",
      lambda c, s: -(-s.n // c.block_m) * c.block_m <= _n_padded(s.n)),
+    ("W4A8's GEMM2 stages two factors per token row and promotes a second accumulator set: accumulators + A "
+     "fragments within 176 registers (m256n64k128 spilled 104 B at 192; its GEMM1 compiled spill-free)",
+     lambda c, s: not (c.fp8 and c.gemm == "gemm2") or accumulator_registers(c) + a_fragment_registers(c) <= 176),
 )
 
 # Fallback kernels when no shipped dispatch table covers a problem: per GEMM a decode, a mid-batch

@@ -112,6 +112,7 @@ struct GroupedGemm {
   static constexpr bool kFp8 = std::is_same_v<Act, float_e4m3_t>;
   static_assert(kFp8 || std::is_same_v<Act, bfloat16_t>, "activations: bf16 or e4m3");
   static_assert(kFp8 == Epilogue::kActScale, "e4m3 activations carry per-row scales into the epilogue");
+  static_assert(!kFp8 || Tile_::BK == 128, "W4A8 promotes its partial sums once per K tile: one interval, 128");
   static constexpr int kActBytes = int(sizeof(Act));
   static constexpr int kMmaK = 32 / kActBytes;  // K of one wgmma
   static constexpr int BM = Tile_::BM, BN = Tile_::BN, BK = Tile_::BK, Stages = Tile_::Stages;
@@ -299,7 +300,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // FP8 wgmma keeps only about 14 bits of its accumulator's mantissa as it adds (DeepSeek-V3's
   // report; on the H200 the layer measured 1.2-1.4e-2 against its float64 reference with one
   // accumulator over K = 4096): each K tile's wgmmas start fresh in `part`, which FP32 adds then
-  // promote into `accum` (DeepGEMM's promotion), every 128 or 256 K values.
+  // promote into `accum` (DeepGEMM's promotion), once per K tile.  The interval changes the bits, so
+  // every W4A8 kernel has the same one (BK = 128, asserted in GroupedGemm): batch invariance.
   Accum part[G::kFp8 ? R : 1];
   if constexpr (G::kFp8) {
     CUTE_UNROLL

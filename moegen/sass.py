@@ -14,9 +14,10 @@ from .artifact import read_manifest
 from .problem import gemm_shapes
 from .spec import model_from_dict
 
-# The tensor-core MMA each arch's GEMM kernels must contain (SM100: tcgen05.mma kind::mxf8f6f4 is
-# UTCQMMA, .2CTA on a 2-SM pair), and how their kernels' names read.
-MMA_OPCODES = {"sm90": ("HGMMA",), "sm100": ("UTCQMMA",)}
+# The tensor-core MMA each arch's GEMM kernels must contain, by (arch, activation format) (SM90 W4A8:
+# FP8 wgmma is QGMMA; SM100: tcgen05.mma kind::mxf8f6f4 is UTCQMMA, .2CTA on a 2-SM pair), and how
+# their kernels' names read.
+MMA_OPCODES = {("sm90", "bf16"): ("HGMMA",), ("sm90", "fp8"): ("QGMMA",), ("sm100", "mxfp8"): ("UTCQMMA",)}
 GEMM_KERNEL = {"sm90": "grouped_gemm_kernel", "sm100": "GemmUniversal"}
 
 
@@ -70,7 +71,7 @@ def summarize(sass: str, mma_opcodes: tuple[str, ...]) -> dict[str, dict[str, in
 
 def audit_build(out_dir: Path) -> tuple[bool, str]:
     m = read_manifest(out_dir)
-    opcodes = MMA_OPCODES[m.arch]
+    opcodes = MMA_OPCODES[(m.arch, m.activation_format)]
     cuobjdump, env = find_cuobjdump()
     sass = subprocess.run([cuobjdump, "--dump-sass", str(m.library_path)], capture_output=True, text=True,
                           check=False, env=env)

@@ -349,6 +349,8 @@ def test_persistent_tile_loop_mirrors_the_template():
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), qwen3)  # 12 % 8
     dsv4 = gemm_shapes(load_model("deepseek-v4-flash"))["gemm2"]  # K = 2048: 32 tiles of 64
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), dsv4)
+    # W4A8 kernels never loop over tiles (the template's kPersistent is false for them too)
+    assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k128s6_fp8"), qwen3)
 
 
 # --- W4A8 (e4m3 activations) --------------------------------------------------------------------------

@@ -202,3 +202,18 @@ def test_default_kernels_fall_back_to_the_arch_defaults_without_tables(tmp_path)
     from moegen.kernel_sets import default_kernels
     spec = load_model("qwen3-30b-a3b").with_parallel(tp_size=4)  # no table ships for this split
     assert default_kernels(spec, "sm90", shipped_root=tmp_path) == get_arch("sm90").fallback_configs(spec)
+
+
+def test_w4a8_on_sm100_is_one_line_and_writes_nothing(runner, no_compiler, tmp_path):
+    result = runner.invoke(cli.main, ["build", "--model", "gpt-oss-20b", "--arch", "sm100", "--activations", "fp8",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "activations 'fp8' (W4A8) on sm100: expected arch sm90" in errors[0], result.output
+    assert "Traceback" not in result.output and not any(tmp_path.iterdir())
+
+
+def test_unknown_activations_are_a_usage_error(runner, no_compiler, tmp_path):
+    result = runner.invoke(cli.main, ["build", "--model", "gpt-oss-20b", "--arch", "sm90", "--activations", "int8",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "'int8'" in result.output and "fp8" in result.output

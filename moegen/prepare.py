@@ -109,42 +109,60 @@ def _check_scales(e8m0: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: e8m0 scale 255 (NaN) at [expert, row, group] = {bad}")
 
 
+def _sm90_atoms(layout, codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None, scale_bytes,
+                words) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What both SM90 layouts share: the gate/up interleave, padding to the layout, 64x64 atoms packed
+    one expert at a time (the temporaries stay small) and the scale atoms.  scale_bytes(e8m0 [E, N, K/32])
+    -> (stored bytes [E, N, K/32], expert_scale [E] float32); words(atoms [N64, K64, 64, 64]) -> each
+    thread's four little-endian words [N64, K64, 128, 4]."""
+    if gate_up is not None:
+        codes, e8m0 = _interleave_gate_up(codes, gate_up), _interleave_gate_up(e8m0, gate_up)
+    E, N, K = codes.shape
+    _check_scales(e8m0, name)
+    Np, Kp = layout.padded(N, K)
+    dev = codes.device
+    c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
+    c[:, :N, :K] = codes
+    stored, expert_scale = scale_bytes(e8m0)
+    s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)  # padding: byte 0
+    s[:, :N, : K // 32] = stored
+    w = torch.empty((E, Np // 64, Kp // 64, 2048), dtype=torch.uint8, device=dev)
+    for e in range(E):
+        word = words(c[e].view(Np // 64, 64, Kp // 64, 64).permute(0, 2, 1, 3))
+        byte = torch.stack([(word >> (8 * i)) & 0xFF for i in range(4)], dim=-1)  # little endian
+        w[e] = byte.to(torch.uint8).reshape(Np // 64, Kp // 64, 2048)
+    _, _, s_row, s_kg = (x.to(dev) for x in _atom_index_tables())
+    sa = s.view(E, Np // 64, 64, Kp // 64, 2).permute(0, 1, 3, 2, 4)  # [E, N64, K64, 64, 2]
+    scales = sa[..., s_row, s_kg].reshape(E, Np // 64, Kp // 64, 128).contiguous()
+    return w, scales, expert_scale
+
+
 def pack_sm90(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """codes [E, N, K] uint8 (one e2m1 code each), e8m0 [E, N, K/32] -> (w atoms, scale atoms,
     expert_scale).  gate_up = I: the rows are W1 then W3 (GEMM1), interleaved here in blocks of 8 so
     that an accumulator thread holds gate and up of one column."""
-    if gate_up is not None:
-        codes, e8m0 = _interleave_gate_up(codes, gate_up), _interleave_gate_up(e8m0, gate_up)
-    E, N, K = codes.shape
-    _check_scales(e8m0, name)
-    Np, Kp = SM90_ATOMS.padded(N, K)
-    dev = codes.device
-    c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
-    c[:, :N, :K] = codes
-    exp = e8m0.to(torch.int32)
-    shift = (exp.amax(dim=(1, 2)) - MAX_STORED_SCALE).clamp(min=0) if exp.numel() else torch.zeros(E, dtype=torch.int32, device=dev)
-    stored = ((exp - shift.view(E, 1, 1)).clamp(0, MAX_STORED_SCALE) + SCALE_BYTE_BIAS).to(torch.uint8)
-    s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)
-    s[:, :N, : K // 32] = stored
+    def scale_bytes(e8m0):
+        exp = e8m0.to(torch.int32)
+        E = exp.shape[0]
+        shift = ((exp.amax(dim=(1, 2)) - MAX_STORED_SCALE).clamp(min=0) if exp.numel()
+                 else torch.zeros(E, dtype=torch.int32, device=exp.device))
+        stored = ((exp - shift.view(E, 1, 1)).clamp(0, MAX_STORED_SCALE) + SCALE_BYTE_BIAS).to(torch.uint8)
+        return stored, torch.pow(2.0, shift.to(torch.float64)).to(torch.float32)
 
-    row, k, s_row, s_kg = (x.to(dev) for x in _atom_index_tables())
-    w = torch.empty((E, Np // 64, Kp // 64, 2048), dtype=torch.uint8, device=dev)
-    for e in range(E):  # one expert at a time keeps the int32 temporaries small
-        atoms = c[e].view(Np // 64, 64, Kp // 64, 64).permute(0, 2, 1, 3)  # [N64, K64, 64, 64]
+    row, k, _, _ = (x.to(codes.device) for x in _atom_index_tables())
+
+    def words(atoms):
         codes_jh = atoms[..., row, k].to(torch.int32)  # [N64, K64, 128 threads, 4 words, 4 j, 2 h]
-        word = torch.zeros(codes_jh.shape[:-2], dtype=torch.int32, device=dev)
+        word = torch.zeros(codes_jh.shape[:-2], dtype=torch.int32, device=atoms.device)
         for jj, halves in enumerate(e2m1_word_bits()):
             for hh, positions in enumerate(halves):
                 code = codes_jh[..., jj, hh]
                 for b, pos in enumerate(positions):  # code bits: 3 sign, 2 e1, 1 e0, 0 m
                     word |= ((code >> (3 - b)) & 1) << pos
-        byte = torch.stack([(word >> (8 * i)) & 0xFF for i in range(4)], dim=-1)  # little endian
-        w[e] = byte.to(torch.uint8).reshape(Np // 64, Kp // 64, 2048)
-    sa = s.view(E, Np // 64, 64, Kp // 64, 2).permute(0, 1, 3, 2, 4)  # [E, N64, K64, 64, 2]
-    scales = sa[..., s_row, s_kg].reshape(E, Np // 64, Kp // 64, 128).contiguous()
-    expert_scale = torch.pow(2.0, shift.to(torch.float64)).to(torch.float32)
-    return w, scales, expert_scale
+        return word
+
+    return _sm90_atoms(SM90_ATOMS, codes, e8m0, name, gate_up, scale_bytes, words)
 
 
 @lru_cache(maxsize=None)
@@ -176,32 +194,19 @@ def pack_sm90_e4m3(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: 
     SM90_E4M3_ATOMS: the atoms of pack_sm90 with each thread's values in e4m3 fragment order, and per
     (row, group) the widening table's entry for the group's binade d = e8m0 - 127 - r (moegen.fp8:
     r is the expert's residual exponent, the folded weights are the table's e4m3 values x 2^r)."""
-    if gate_up is not None:
-        codes, e8m0 = _interleave_gate_up(codes, gate_up), _interleave_gate_up(e8m0, gate_up)
-    E, N, K = codes.shape
-    _check_scales(e8m0, name)
-    Np, Kp = SM90_E4M3_ATOMS.padded(N, K)
-    dev = codes.device
-    c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
-    c[:, :N, :K] = codes
-    r = fp8.residual_exponents(e8m0) if e8m0.numel() else torch.zeros(E, dtype=torch.int32, device=dev)
-    d = e8m0.to(torch.int32) - 127 - r.view(E, 1, 1)
-    s = torch.zeros((E, Np, Kp // 32), dtype=torch.uint8, device=dev)
-    s[:, :N, : K // 32] = fp8.table_index(d)
+    def scale_bytes(e8m0):
+        E = e8m0.shape[0]
+        r = fp8.residual_exponents(e8m0) if e8m0.numel() else torch.zeros(E, dtype=torch.int32, device=e8m0.device)
+        d = e8m0.to(torch.int32) - 127 - r.view(E, 1, 1)
+        return fp8.table_index(d), torch.pow(2.0, r.to(torch.float64)).to(torch.float32)
 
-    row, k, magnitude_bit0, sign_bit = (x.to(dev) for x in _e4m3_atom_tables())
-    w = torch.empty((E, Np // 64, Kp // 64, 2048), dtype=torch.uint8, device=dev)
-    for e in range(E):
-        atoms = c[e].view(Np // 64, 64, Kp // 64, 64).permute(0, 2, 1, 3)  # [N64, K64, 64, 64]
+    row, k, magnitude_bit0, sign_bit = (x.to(codes.device) for x in _e4m3_atom_tables())
+
+    def words(atoms):
         code = atoms[..., row, k].to(torch.int64)  # [N64, K64, 128 threads, 4 words, 8 values]
-        word = (((code & 7) << magnitude_bit0) | ((code >> 3) << sign_bit)).sum(dim=-1)  # disjoint bits
-        byte = torch.stack([(word >> (8 * i)) & 0xFF for i in range(4)], dim=-1)  # little endian
-        w[e] = byte.to(torch.uint8).reshape(Np // 64, Kp // 64, 2048)
-    _, _, s_row, s_kg = (x.to(dev) for x in _atom_index_tables())
-    sa = s.view(E, Np // 64, 64, Kp // 64, 2).permute(0, 1, 3, 2, 4)
-    scales = sa[..., s_row, s_kg].reshape(E, Np // 64, Kp // 64, 128).contiguous()
-    expert_scale = torch.pow(2.0, r.to(torch.float64)).to(torch.float32)
-    return w, scales, expert_scale
+        return (((code & 7) << magnitude_bit0) | ((code >> 3) << sign_bit)).sum(dim=-1)  # disjoint bits
+
+    return _sm90_atoms(SM90_E4M3_ATOMS, codes, e8m0, name, gate_up, scale_bytes, words)
 
 
 def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None

@@ -75,3 +75,42 @@ def gpu_test_configs(variant: str) -> list[KernelConfig]:
         return quick
     picked, _ = table_kernels("sm90", ProblemKey.of(spec))
     return sorted(set(sm90.shortlist_configs(spec)) | set(picked))
+
+
+# --- shared by the GPU test modules (call these only with an SM90 GPU) -----------------------------------
+
+_layers, _weights = {}, {}
+
+
+def layer_and_weights(variant: str, seed: int):
+    """The variant's library (built under OUT, or up to date) and random weights in its layout; one
+    model's weights stay on the GPU at a time, shared by every GPU test module."""
+    from moegen.build import build
+    from moegen.runtime import load
+    from moegen.testing import random_weights
+    if variant not in _layers:
+        spec = variant_spec(variant)
+        build(spec, "sm90", gpu_test_configs(variant), OUT, log=lambda m: None, store=STORE)
+        _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
+    if variant not in _weights:
+        _weights.clear()
+        _weights[variant] = random_weights(_layers[variant].spec, "cuda", seed, _layers[variant].weight_layout)
+    return _layers[variant], _weights[variant]
+
+
+def assert_batch_invariant(layer, w, sizes, seed: int) -> None:
+    """Eight tokens computed alone, then inside batches of each size (the rest filled with other
+    tokens): their outputs must be bitwise the same, whichever kernels each size dispatches to."""
+    import torch
+    from moegen.testing import random_inputs
+    big = random_inputs(layer.spec, max(sizes), "cuda", seed)
+    probe = list(range(0, max(sizes), max(sizes) // 8))[:8]
+    alone = [layer(big.hidden[t:t + 1].contiguous(), big.logits[t:t + 1].contiguous(), w.prepared,
+                   big.score_bias).out for t in probe]
+    everyone = torch.arange(max(sizes), device="cuda")
+    for T in sizes:
+        idx = torch.tensor(probe, device="cuda")[:T]
+        rows = torch.cat([idx, everyone[~torch.isin(everyone, idx)]])[:T]
+        res = layer(big.hidden[rows].contiguous(), big.logits[rows].contiguous(), w.prepared, big.score_bias)
+        for j, t in enumerate(probe[:min(T, len(probe))]):
+            assert torch.equal(res.out[j], alone[j][0]), f"token {t} differs inside T={T} ({layer.choose_kernels(T)})"

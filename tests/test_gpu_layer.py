@@ -20,11 +20,10 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import OUT, STORE, VARIANTS, gpu_test_configs, variant_spec  # noqa: E402
-from moegen.build import build  # noqa: E402
+from gpu_variants import VARIANTS, assert_batch_invariant, layer_and_weights  # noqa: E402
 from moegen.routing import hash_route  # noqa: E402
 from moegen.runtime import load  # noqa: E402
-from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
+from moegen.testing import random_inputs, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block | many-block routing
 # Relative L2 error against the float64 layer.  With GEMM2's rows summed in fp32, what remains is
@@ -34,18 +33,8 @@ TOLERANCE = 2.7e-3
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
 _SEED = int(os.environ["MOEGEN_TEST_SEED"])  # tests/conftest.py draws it and prints it in the header
 
-_layers, _weights = {}, {}
-
-
 def _layer(variant):
-    if variant not in _layers:
-        spec = variant_spec(variant)
-        build(spec, "sm90", gpu_test_configs(variant), OUT, log=lambda m: None, store=STORE)
-        _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
-    if variant not in _weights:
-        _weights.clear()  # one model's weights on the GPU at a time
-        _weights[variant] = random_weights(_layers[variant].spec, "cuda", _SEED, _layers[variant].weight_layout)
-    return _layers[variant], _weights[variant]
+    return layer_and_weights(variant, _SEED)
 
 
 def check(variant, T, skew=False, kernels=None, seed_offset=0, bf16_logits=False):
@@ -243,23 +232,10 @@ def test_batch_invariance(variant):
     the dispatch picks for them: every bucket of the shipped table and the token count just past it
     (the next bucket's kernels), up to 16384."""
     layer, w = _layer(variant)
-    spec = layer.spec
     assert layer.dispatch is not None, "the tests' build has the shipped table's kernels: it should dispatch by it"
     edges = [t for t in layer.dispatch.tokens if t <= 16384]
     sizes = sorted({8, 64, 512, 4096, *edges, *(t + 1 for t in edges if t < 16384)})
-    big = random_inputs(spec, max(sizes), "cuda", _SEED + 31)
-    probe = list(range(0, max(sizes), max(sizes) // 8))[:8]
-    alone = []
-    for t in probe:
-        r = layer(big.hidden[t:t + 1].contiguous(), big.logits[t:t + 1].contiguous(), w.prepared, big.score_bias)
-        alone.append(r.out)
-    everyone = torch.arange(max(sizes), device="cuda")
-    for T in sizes:
-        idx = torch.tensor(probe, device="cuda")[:T]
-        rows = torch.cat([idx, everyone[~torch.isin(everyone, idx)]])[:T]
-        res = layer(big.hidden[rows].contiguous(), big.logits[rows].contiguous(), w.prepared, big.score_bias)
-        for j, t in enumerate(probe[:min(T, len(probe))]):
-            assert torch.equal(res.out[j], alone[j][0]), f"token {t} differs inside T={T} ({layer.choose_kernels(T)})"
+    assert_batch_invariant(layer, w, sizes, _SEED + 31)
 
 
 # --- argument checks ----------------------------------------------------------------------------------

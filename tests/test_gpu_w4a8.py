@@ -18,9 +18,7 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import OUT, STORE, W4A8_VARIANTS, gpu_test_configs, variant_spec  # noqa: E402
-from moegen.build import build  # noqa: E402
-from moegen.runtime import load  # noqa: E402
+from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, layer_and_weights  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 3, 16, 33, 255, 1024, 4096)
@@ -35,19 +33,10 @@ TOLERANCE = 1.5e-2
 EXACT_BOUND = 5.5e-2
 _SEED = int(os.environ["MOEGEN_TEST_SEED"])
 
-_layers, _weights = {}, {}
-
-
 def _layer(variant):
-    if variant not in _layers:
-        spec = variant_spec(variant)
-        build(spec, "sm90", gpu_test_configs(variant), OUT, log=lambda m: None, store=STORE)
-        _layers[variant] = load(OUT / spec.variant / "sm90", spec=spec)
-        assert _layers[variant].manifest.activation_format == "fp8"
-    if variant not in _weights:
-        _weights.clear()
-        _weights[variant] = random_weights(_layers[variant].spec, "cuda", _SEED, _layers[variant].weight_layout)
-    return _layers[variant], _weights[variant]
+    layer, w = layer_and_weights(variant, _SEED)
+    assert layer.manifest.activation_format == "fp8"
+    return layer, w
 
 
 def check(variant, T, skew=False, kernels=None, seed_offset=0):
@@ -113,18 +102,7 @@ def test_w4a8_batch_invariance(variant):
     """Per-token scales and a fixed K order per output: a token's output is bitwise the same alone
     and inside larger batches, whichever kernels the size picks."""
     layer, w = _layer(variant)
-    sizes = (8, 64, 512, 4096)
-    big = random_inputs(layer.spec, max(sizes), "cuda", _SEED + 31)
-    probe = list(range(0, max(sizes), max(sizes) // 8))[:8]
-    alone = [layer(big.hidden[t:t + 1].contiguous(), big.logits[t:t + 1].contiguous(), w.prepared,
-                   big.score_bias).out for t in probe]
-    everyone = torch.arange(max(sizes), device="cuda")
-    for T in sizes:
-        idx = torch.tensor(probe, device="cuda")[:T]
-        rows = torch.cat([idx, everyone[~torch.isin(everyone, idx)]])[:T]
-        res = layer(big.hidden[rows].contiguous(), big.logits[rows].contiguous(), w.prepared, big.score_bias)
-        for j, t in enumerate(probe[:min(T, len(probe))]):
-            assert torch.equal(res.out[j], alone[j][0]), f"token {t} differs inside T={T} ({layer.choose_kernels(T)})"
+    assert_batch_invariant(layer, w, (8, 64, 512, 4096), _SEED + 31)
 
 
 def test_bf16_weights_are_refused_by_a_w4a8_library():

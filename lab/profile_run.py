@@ -16,9 +16,11 @@ from moegen.spec import load_model
 from moegen.testing import random_inputs, random_weights
 
 model, T = sys.argv[1], int(sys.argv[2])
-spec = load_model(model)
+# MODEL-w4a8: the model with e4m3 activations (the build dir must then be a W4A8 build).
+spec = load_model(model.removesuffix("-w4a8"))
+spec = spec.with_activations("fp8") if model.endswith("-w4a8") else spec
 layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
-w = random_weights(spec, "cuda", 1)
+w = random_weights(spec, "cuda", 1, layout=layer.weight_layout)
 x = random_inputs(spec, T, "cuda", 2)
 # MOEGEN_PROFILE_KERNELS=gemm1_name,gemm2_name picks the kernels (under ncu NVML can fail, the
 # driver version then differs from the dispatch table's and the layer falls back to its heuristic).

@@ -2,7 +2,7 @@
 serialized, unlike ncu): where a layer call's microseconds go, gaps included.
 
     python3 tools/timeline.py deepseek-v4-flash 1,64,1024 [build-dir] [picks]
-The build dir defaults to generated/<model>/sm90.  picks (optional) fixes the kernels per T instead of
+The build dir defaults to generated/<variant>/sm90; MODEL-w4a8 is the model with e4m3 activations.  picks (optional) fixes the kernels per T instead of
 the dispatch: "1=m64n8k128s6+m64n8k128s6,1024=m128n64k64s6+m128n64k64s6" (gemm1 tile + gemm2 tile).
 """
 import collections
@@ -19,7 +19,8 @@ from moegen.testing import random_inputs, random_weights
 
 model = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2].split(",")]
-spec = load_model(model)
+spec = load_model(model.removesuffix("-w4a8"))  # MODEL-w4a8: e4m3 activations (a W4A8 build)
+spec = spec.with_activations("fp8") if model.endswith("-w4a8") else spec
 layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else DEFAULT_OUT / spec.variant / "sm90", spec=spec)
 w = random_weights(spec, "cuda", 1, layer.weight_layout)
 names = [k.name for k in layer.kernels]
@@ -33,7 +34,7 @@ REPS = 20
 
 
 def short(name: str) -> str:
-    for key in ("zero_counters", "route", "scatter", "finalize", "memset", "Memset"):
+    for key in ("zero_counters", "route", "scatter", "quantize", "finalize", "memset", "Memset"):
         if key in name:
             return key.lower()
     if "grouped_gemm" in name:

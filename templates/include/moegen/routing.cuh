@@ -11,6 +11,7 @@
 
 #include "moegen/common.cuh"
 #include "moegen/pdl.cuh"
+#include "moegen/quantize.cuh"
 
 namespace moegen {
 
@@ -49,7 +50,22 @@ struct RoutingParams {
   float* row_weight;        // [rows]
   int32_t* token_row;       // [T, K] -> permuted row or -1
   int scatter_in_last_block;  // small batches: the last routing block also scatters (one launch less)
+  // W4A8 (P::kFp8Activations): the hidden states [T, H], and their e4m3 rows and per-row scales,
+  // which the token's routing warp writes (a quantizer kernel of its own added a launch and its
+  // drain to the chain; at decode they were most of W4A8's 25 % over W4A16 at T = 1).
+  const __nv_bfloat16* hidden;
+  uint8_t* hidden_q;    // [T, H]
+  float* hidden_scale;  // [T]
 };
+
+// W4A8: the routing warp of token t quantizes its hidden row too (many-block routing: a warp per
+// token either way).
+template <class P>
+__device__ __forceinline__ void quantize_hidden_row(const RoutingParams& rp, int t, int lane) {
+  if constexpr (P::kFp8Activations)
+    quantize_row_e4m3_warp<P::kHidden>(rp.hidden + size_t(t) * P::kHidden, rp.hidden_q + size_t(t) * P::kHidden,
+                                       rp.hidden_scale + t, lane);
+}
 
 // Volatile loads: route_token issues every load of a warp before its first sigmoid, and without
 // `volatile` the compiler moved each back behind the previous expert's division (see there).
@@ -333,7 +349,10 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
   pdl_wait();  // the counters are zeroed
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x * kRouteWarps + warp;
-  if (t < rp.num_tokens) Source::template choose<P>(rp, t, warp, lane, group_sel, rp.counts);
+  if (t < rp.num_tokens) {
+    Source::template choose<P>(rp, t, warp, lane, group_sel, rp.counts);
+    quantize_hidden_row<P>(rp, t, lane);
+  }
   __threadfence();  // this block's counts and slots, before it reports done
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(rp.blocks_done, 1) == int(gridDim.x) - 1;
@@ -363,8 +382,10 @@ struct OneBlockRouting {
   static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
 };
 
+// One block per launch (the explicit 1: without it ptxas held this kernel to 32 registers and the
+// W4A8 quantizer spilled).
 template <class P, class Source>
-__global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_one_block_kernel(RoutingParams rp) {
+__global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) route_one_block_kernel(RoutingParams rp) {
   using R = OneBlockRouting<P>;
   constexpr int K = P::kTopK;
   __shared__ float group_sel[needs_group_smem<P>() ? R::kWarps : 1][P::kExperts];
@@ -374,6 +395,15 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int e = threadIdx.x; e < P::kLocalExperts; e += blockDim.x) counts_s[e] = 0;
   __syncthreads();
+  // W4A8: the warps without a token quantize the hidden rows while the others route, when there
+  // are at least as many of them as tokens (a warp per 4096-wide row took 6.5 us on an H200)...
+  static_assert(R::kTokensPerWarp == 1, "warps [num_tokens, kWarps) have no token");
+  __shared__ float amax_s[P::kFp8Activations ? R::kWarps : 1];
+  [[maybe_unused]] const bool quantize_early = P::kFp8Activations && 2 * rp.num_tokens <= R::kWarps;
+  if constexpr (P::kFp8Activations)
+    if (quantize_early && warp >= rp.num_tokens)
+      quantize_rows_e4m3_warps<P::kHidden>(rp.hidden, rp.num_tokens, rp.hidden_q, rp.hidden_scale, amax_s,
+                                           warp - rp.num_tokens, R::kWarps - rp.num_tokens, 1);
   Choice mine[R::kTokensPerWarp];
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
@@ -398,6 +428,12 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize) route_
       rp.token_row[size_t(t) * K + lane] = row;
     }
   }
+  // ...or, with fewer idle warps than tokens, every warp at the end (GEMM1 waits for this grid to
+  // complete anyway).
+  if constexpr (P::kFp8Activations)
+    if (!quantize_early)
+      quantize_rows_e4m3_warps<P::kHidden>(rp.hidden, rp.num_tokens, rp.hidden_q, rp.hidden_scale, amax_s, warp,
+                                           R::kWarps, 1);
 }
 
 // Inclusive scan of three counters across a warp.

@@ -1,8 +1,9 @@
 // SM90's part of the layer after routing: GEMM1 (gather fused into its B-operand loads, SwiGLU in
 // its epilogue) -> GEMM2 (routing weight in its epilogue) -> finalize.  W4A8 (P::kFp8Activations)
-// quantizes each GEMM's activation rows to e4m3 with one fp32 scale per row first: the hidden
-// states (token order; GEMM1 gathers them), and GEMM1's bf16 output (expert order); the epilogues
-// apply the scales.  The layer's translation unit includes this after moegen/layer.cuh.
+// feeds both GEMMs e4m3 activation rows with one fp32 scale per row: the hidden states (token
+// order; the routing warps quantize them, RoutingParams::hidden, and GEMM1 gathers them), and
+// GEMM1's bf16 output (expert order; a quantizer between the GEMMs); the epilogues apply the
+// scales.  The layer's translation unit includes this after moegen/layer.cuh.
 #pragma once
 #include "moegen/finalize.cuh"
 #include "moegen/gemm_params.cuh"
@@ -48,14 +49,6 @@ struct Pipeline {
     const RoutingWorkspace<P>& r = ws.routing;
     const int T = rp.num_tokens;
     const long rows = long(T) * P::kTopK;
-    constexpr int kRowsPerBlock = 8;  // quantize_per_row_kernel: one warp per row
-    if constexpr (P::kFp8Activations) {
-      const cudaError_t e = launch_pdl(quantize_per_row_kernel<P::kHidden>, dim3(unsigned((T + kRowsPerBlock - 1) / kRowsPerBlock)),
-                                       dim3(kRowsPerBlock * kWarpSize), 0, stream,
-                                       static_cast<const __nv_bfloat16*>(hidden), long(T), (const int32_t*)nullptr,
-                                       ws.x_q, ws.x_scale);
-      if (e != cudaSuccess) return fail(int(e), "quantize hidden: %s", cudaGetErrorString(e));
-    }
     GemmParams g1{};
     g1.w = w.w13;
     g1.w_scales = w.w13_scales;
@@ -69,17 +62,16 @@ struct Pipeline {
     g1.work_row_end = r.work1_row_end;
     g1.num_work = r.num_work;
     g1.out = ws.h;
-    g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation (or the quantizer)
+    g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
     int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
                                                         rows, stream);
     if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
 
     if constexpr (P::kFp8Activations) {  // the local experts' rows only: offsets[E_local]
-      const cudaError_t e = launch_pdl(quantize_per_row_kernel<P::kInter>,
-                                       dim3(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock)),
-                                       dim3(kRowsPerBlock * kWarpSize), 0, stream, static_cast<const __nv_bfloat16*>(ws.h),
-                                       rows, static_cast<const int32_t*>(r.offsets + P::kLocalExperts), ws.h_q,
-                                       ws.h_scale);
+      const cudaError_t e = launch_pdl(quantize_rows_e4m3_kernel<P::kInter>, dim3(unsigned(rows)),
+                                       dim3(kQuantizeRowThreads<P::kInter>), 0, stream,
+                                       static_cast<const __nv_bfloat16*>(ws.h), rows,
+                                       static_cast<const int32_t*>(r.offsets + P::kLocalExperts), ws.h_q, ws.h_scale);
       if (e != cudaSuccess) return fail(int(e), "quantize h: %s", cudaGetErrorString(e));
     }
     GemmParams g2{};
@@ -96,7 +88,7 @@ struct Pipeline {
     g2.num_work = r.num_work + 1;
     g2.row_weight = r.row_weight;
     g2.out = ws.y;
-    g2.schedule_ready = 1;  // its schedule was complete before GEMM1 (and the quantizer before it) started
+    g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
     rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));

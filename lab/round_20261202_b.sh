@@ -103,3 +103,17 @@ if [ "$2" = G ]; then  # final: W4A8 tests, the BF16 tests whose libraries were 
   echo "synccheck rc $?"; tail -1 $R/synccheck-w4a8.log
   pack
 fi
+if [ "$2" = T ]; then  # retune T = 1024, 4096, 16384 of DeepSeek-V4-Flash W4A8 over the shortlist with the m64n64 / m64n128 tiles
+  # the shipped table as the user table, so the tune adds these buckets to it (its decode buckets stay)
+  shipped=configs/dispatch/sm90/nvidia-h200-132sm/e256-l256-k6-h4096-i2048-fp8.json
+  mkdir -p generated/dispatch/sm90/nvidia-h200-132sm && cp $shipped generated/dispatch/sm90/nvidia-h200-132sm/
+  timeout -k 5 240 python3 -m moegen tune --model deepseek-v4-flash --activations fp8 --kernels shortlist --no-build \
+    --tolerance 0 --buckets 1024,4096,16384 --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 > $R/tune-t.log 2>&1
+  grep -E "T=|Error|timings" $R/tune-t.log | tail -12
+  cp generated/dispatch/sm90/nvidia-h200-132sm/e256-l256-k6-h4096-i2048-fp8.json $R/raw-t.json
+  pack
+  timeout -k 5 120 python3 -m moegen bench --model deepseek-v4-flash --compare "w4a8=generated/deepseek-v4-flash-w4a8/sm90" \
+    --tokens 1024,4096,16384 --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-t.json > $R/bench-t.md 2> $R/bench-t.log
+  cat $R/bench-t.md
+  pack
+fi

@@ -212,6 +212,9 @@ FP8_FALLBACK = {
     "mid": [(64, 32, 128, 4), (64, 32, 128, 3)],
     "prefill": [(128, 128, 128, 4), (128, 64, 128, 4), (128, 128, 128, 3)],
 }
+# One-warpgroup tiles for large T (H200 tuner, 2026-12-02): m64n64k128 (three CTAs per SM) tied at
+# T = 1024 and ran 2-13 % behind m128n128 from 4096; m64n128k128 (two) spilled 524 B and ran 7-24 %
+# behind.  Each reads the token tile for half as many weight rows.
 FP8_SHORTLIST = ((64, 8, 128, 4), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 128, 4), (64, 16, 128, 6),
                  (64, 32, 128, 4), (64, 32, 128, 6), (128, 32, 128, 6), (128, 64, 128, 4), (128, 64, 128, 6),
                  (128, 128, 128, 4), (256, 64, 128, 4), (256, 64, 128, 6))

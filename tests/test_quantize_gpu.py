@@ -1,6 +1,7 @@
-"""The SM100 layer's MXFP8 quantizer (arch-neutral CUDA, moegen/quantize.cuh) on the local GPU,
-bit for bit against moegen.mxfp8, with the per-expert block-scaled scale layout the SM100 GEMMs
-read (marker gpu; the quantizer runs on any GPU, so the H200 tests it)."""
+"""The arch-neutral quantizers (moegen/quantize.cuh) on the local GPU, bit for bit: the SM100
+layer's MXFP8 one against moegen.mxfp8, with the per-expert block-scaled scale layout the SM100
+GEMMs read, and W4A8's per-row e4m3 ones against moegen.fp8.quantize_per_token, however a row's
+work is split (marker gpu; the quantizers run on any GPU, so the H200 tests them)."""
 import ctypes
 import os
 import subprocess
@@ -8,6 +9,7 @@ import subprocess
 import pytest
 import torch
 
+from moegen.fp8 import quantize_per_token
 from moegen.layout import sf_offset
 from moegen.mxfp8 import quantize_mxfp8
 from moegen.render import INCLUDE_DIR
@@ -33,6 +35,7 @@ def harness(tmp_path_factory):
     assert run.returncode == 0, run.stderr[-3000:]
     dll = ctypes.CDLL(str(lib))
     dll.moegen_test_quantize.restype = ctypes.c_int
+    dll.moegen_test_quantize_e4m3.restype = ctypes.c_int
     return dll
 
 
@@ -71,3 +74,34 @@ def test_quantizer_matches_python_bit_for_bit(harness, k):
             for kb in range(kbs):
                 want = int(want_s[r, kb]) if j < int(counts[e]) else 0
                 assert int(sf[base + sf_offset(j, kb, k_pad)]) == want, (e, j, kb)
+
+
+# (mode, rows, first_warp): a block per row; one block's warps [first_warp, 32) sharing the rows (the
+# one-block routing kernel: 31 warps on one row, several per row, one each, all 32 at the end); a warp
+# per row (many-block routing).
+E4M3_SPLITS = [(0, 37, 0), (1, 1, 1), (1, 5, 5), (1, 16, 16), (1, 32, 0), (2, 37, 0)]
+
+
+@pytest.mark.parametrize("k", [768, 2880, 4096])
+@pytest.mark.parametrize("mode,rows,first_warp", E4M3_SPLITS)
+def test_e4m3_row_quantizers_match_python_bit_for_bit(harness, k, mode, rows, first_warp):
+    print(f"seed {SEED}")
+    g = torch.Generator().manual_seed(SEED + 7 * k + 131 * mode + rows)
+    x = torch.randn(rows, k, generator=g) * torch.exp2(torch.randint(-20, 20, (rows, 1), generator=g).float())
+    x[0] = 0  # an all-zero row: scale 1
+    if rows > 1:
+        x[1, k // 2] = 1e4 * float(x[1].abs().max())  # one outlier: the rest of the row rounds to few steps
+    x = x.to(torch.bfloat16)
+    live = rows - 7 if mode == 0 else rows  # a block per row skips rows past a device count
+    q = torch.full((rows, k), 0xAA, dtype=torch.uint8, device="cuda")
+    scale = torch.full((rows,), float("nan"), dtype=torch.float32, device="cuda")
+    live_rows = torch.tensor([live], dtype=torch.int32, device="cuda")
+    xd = x.cuda()
+    rc = harness.moegen_test_quantize_e4m3(ctypes.c_void_p(xd.data_ptr()), rows, k,
+                                           ctypes.c_void_p(live_rows.data_ptr() if mode == 0 else 0), mode,
+                                           first_warp, ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(scale.data_ptr()))
+    assert rc == 0
+    want_q, want_s = quantize_per_token(x[:live])
+    assert torch.equal(q[:live].cpu(), want_q.view(torch.uint8))
+    assert torch.equal(scale[:live].cpu(), want_s)
+    assert bool((q[live:] == 0xAA).all()) and bool(scale[live:].isnan().all()), "rows past live_rows were written"

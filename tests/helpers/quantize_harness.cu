@@ -1,5 +1,6 @@
-// The arch-neutral MXFP8 quantizer of the SM100 layer (moegen/quantize.cuh), built for the GPU at hand
-// by tests/test_quantize_gpu.py and compared there with moegen.mxfp8 bit for bit.
+// The arch-neutral quantizers (moegen/quantize.cuh): the SM100 layer's MXFP8 one and W4A8's per-row
+// e4m3 ones, built for the GPU at hand by tests/test_quantize_gpu.py and compared there with
+// moegen.mxfp8 and moegen.fp8 bit for bit.
 #include <cuda_runtime.h>
 #include "moegen/quantize.cuh"
 
@@ -21,4 +22,47 @@ extern "C" int moegen_test_quantize(const void* x, int rows, int k, int k_pad, c
   moegen::quantize_rows_kernel<DirectRows, kGroups><<<unsigned((items + 7) / 8), 256>>>(
       DirectRows{static_cast<const __nv_bfloat16*>(x), k}, offsets, sf_rows, k_pad, q, sf);
   return int(cudaDeviceSynchronize());
+}
+
+// W4A8's per-row e4m3 quantizers (moegen/quantize.cuh), each way a row's work is split.
+namespace {
+template <int K>
+__global__ void rows_by_warps(const __nv_bfloat16* x, int rows, uint8_t* q, float* scale, int first_warp) {
+  __shared__ float amax[32];
+  const int warp = int(threadIdx.x) / moegen::kWarpSize, warps = int(blockDim.x) / moegen::kWarpSize;
+  if (warp < first_warp) return;  // as the routing warps that hold a token
+  moegen::quantize_rows_e4m3_warps<K>(x, rows, q, scale, amax, warp - first_warp, warps - first_warp, 1);
+}
+template <int K>
+__global__ void rows_warp_each(const __nv_bfloat16* x, int rows, uint8_t* q, float* scale) {
+  const int row = int(blockIdx.x) * (int(blockDim.x) / moegen::kWarpSize) + int(threadIdx.x) / moegen::kWarpSize;
+  if (row < rows)
+    moegen::quantize_row_e4m3_warp<K>(x + long(row) * K, q + long(row) * K, scale + row,
+                                      int(threadIdx.x) % moegen::kWarpSize);
+}
+template <int K>
+int quantize_e4m3(const __nv_bfloat16* x, int rows, const int32_t* live_rows, int mode, int first_warp, uint8_t* q,
+                  float* scale) {
+  constexpr int kRowThreads = moegen::kQuantizeRowThreads<K>;
+  if (mode == 0)
+    moegen::quantize_rows_e4m3_kernel<K><<<rows, kRowThreads>>>(x, rows, live_rows, q, scale);
+  else if (mode == 1)
+    rows_by_warps<K><<<1, 32 * moegen::kWarpSize>>>(x, rows, q, scale, first_warp);
+  else
+    rows_warp_each<K><<<(rows + 7) / 8, 8 * moegen::kWarpSize>>>(x, rows, q, scale);
+  return int(cudaDeviceSynchronize());
+}
+}  // namespace
+
+// mode 0: a block per row (live_rows may be nullptr); 1: one block, warps [first_warp, 32) sharing
+// rows <= 32 - first_warp; 2: a warp per row.
+extern "C" int moegen_test_quantize_e4m3(const void* x, int rows, int k, const int32_t* live_rows, int mode,
+                                         int first_warp, uint8_t* q, float* scale) {
+  const auto* xb = static_cast<const __nv_bfloat16*>(x);
+  switch (k) {
+    case 768: return quantize_e4m3<768>(xb, rows, live_rows, mode, first_warp, q, scale);
+    case 2880: return quantize_e4m3<2880>(xb, rows, live_rows, mode, first_warp, q, scale);
+    case 4096: return quantize_e4m3<4096>(xb, rows, live_rows, mode, first_warp, q, scale);
+    default: return -1;
+  }
 }

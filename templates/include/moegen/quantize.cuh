@@ -154,8 +154,7 @@ __device__ __forceinline__ void quantize_rows_e4m3_warps(const __nv_bfloat16* __
   const bool active = rows > 0 && row < rows;
   const uint4* src = reinterpret_cast<const uint4*>(x + size_t(active ? row : 0) * K);
   float amax = 0.f;
-  // Unrolled so that loads are in flight together: one at a time, a warp's 16 chunks of a 4096-wide
-  // row took 11 us at T = 16 (the runtime stride kept the compiler from batching them).
+  // Unrolled: up to four of a lane's loads in flight at once (the stride is a runtime value).
   if (active) {
 #pragma unroll 4
     for (int c = part * kWarpSize + lane; c < kChunks; c += per_row * kWarpSize) amax = amax_bf16x8(src[c], amax);
@@ -193,10 +192,7 @@ __device__ __forceinline__ void quantize_row_e4m3_warp(const __nv_bfloat16* __re
   for (int c = lane; c < kChunks; c += kWarpSize) dst[c] = bf16x8_to_e4m3x8(src[c], s);
 }
 
-// One block of kQuantizeRowThreads<K> per row of x [rows, K]: each thread holds at most
-// kChunksPerThread 16-byte chunks in registers (the row is read once), and the block's warps meet
-// through shared memory.  `live_rows` (a device count, or nullptr for all) skips rows nothing
-// reads: expert-order rows past the local experts'.
+// Threads per row of quantize_rows_e4m3_kernel.
 constexpr int quantize_row_threads(int k) {
   const int chunks = k / 8;
   const int by_registers = (chunks + 3) / 4;  // at most 4 chunks (16 registers) per thread
@@ -205,6 +201,10 @@ constexpr int quantize_row_threads(int k) {
 }
 template <int K>
 constexpr int kQuantizeRowThreads = quantize_row_threads(K);
+// One block of kQuantizeRowThreads<K> per row of x [rows, K]: each thread holds at most
+// kChunksPerThread 16-byte chunks in registers (the row is read once), and the block's warps meet
+// through shared memory.  `live_rows` (a device count, or nullptr for all) skips rows nothing
+// reads: expert-order rows past the local experts'.
 template <int K>
 __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_kernel(
     const __nv_bfloat16* __restrict__ x, long rows, const int32_t* __restrict__ live_rows, uint8_t* __restrict__ q,

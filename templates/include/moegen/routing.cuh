@@ -51,8 +51,8 @@ struct RoutingParams {
   int32_t* token_row;       // [T, K] -> permuted row or -1
   int scatter_in_last_block;  // small batches: the last routing block also scatters (one launch less)
   // W4A8 (P::kFp8Activations): the hidden states [T, H], and their e4m3 rows and per-row scales,
-  // which the token's routing warp writes (a quantizer kernel of its own added a launch and its
-  // drain to the chain; at decode they were most of W4A8's 25 % over W4A16 at T = 1).
+  // which the routing kernel writes (one-block routing: the warps without a token; many-block: each
+  // token's warp).  A quantizer kernel of its own added a launch and its drain to the chain.
   const __nv_bfloat16* hidden;
   uint8_t* hidden_q;    // [T, H]
   float* hidden_scale;  // [T]

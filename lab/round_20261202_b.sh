@@ -117,3 +117,16 @@ if [ "$2" = T ]; then  # retune T = 1024, 4096, 16384 of DeepSeek-V4-Flash W4A8 
   cat $R/bench-t.md
   pack
 fi
+if [ "$2" = D ]; then  # retune the decode buckets of DeepSeek-V4-Flash W4A8 with the new quantizer chain, then bench them
+  shipped=configs/dispatch/sm90/nvidia-h200-132sm/e256-l256-k6-h4096-i2048-fp8.json
+  mkdir -p generated/dispatch/sm90/nvidia-h200-132sm && cp $shipped generated/dispatch/sm90/nvidia-h200-132sm/
+  timeout -k 5 150 python3 -m moegen tune --model deepseek-v4-flash --activations fp8 --kernels shortlist --no-build \
+    --tolerance 0 --buckets 1,4,16,64 --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 > $R/tune-d.log 2>&1
+  grep -E "T=|Error|timings" $R/tune-d.log | tail -8
+  cp generated/dispatch/sm90/nvidia-h200-132sm/e256-l256-k6-h4096-i2048-fp8.json $R/raw-d.json
+  pack
+  timeout -k 5 100 python3 -m moegen bench --model deepseek-v4-flash --compare "w4a8=generated/deepseek-v4-flash-w4a8/sm90" \
+    --tokens 1,4,16,64 --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-d.json > $R/bench-d.md 2> $R/bench-d.log
+  cat $R/bench-d.md
+  pack
+fi

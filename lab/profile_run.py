@@ -2,7 +2,9 @@
 
     ncu --clock-control none -k regex:"grouped_gemm|route|scatter|finalize" --launch-skip 5 \
         --launch-count 5 python3 tools/profile_run.py deepseek-v4-flash 1 [build-dir]
-The build dir defaults to the tests' build; pass generated/<model>/sm90 for a tuned library.
+The first argument is a build's variant (deepseek-v4-flash-w4a8: the W4A8 one); the build dir
+defaults to the tests' build of it, pass generated/<variant>/sm90 for a tuned library.  The spec is
+the library's.
 """
 import os
 import sys
@@ -12,14 +14,11 @@ import torch
 
 from moegen.cli import DEFAULT_OUT
 from moegen.runtime import load
-from moegen.spec import load_model
 from moegen.testing import random_inputs, random_weights
 
-model, T = sys.argv[1], int(sys.argv[2])
-# MODEL-w4a8: the model with e4m3 activations (the build dir must then be a W4A8 build).
-spec = load_model(model.removesuffix("-w4a8"))
-spec = spec.with_activations("fp8") if model.endswith("-w4a8") else spec
-layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / "_gputest" / spec.variant / "sm90", spec=spec)
+variant, T = sys.argv[1], int(sys.argv[2])
+layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 else DEFAULT_OUT / "_gputest" / variant / "sm90")
+spec = layer.spec
 w = random_weights(spec, "cuda", 1, layout=layer.weight_layout)
 x = random_inputs(spec, T, "cuda", 2)
 # MOEGEN_PROFILE_KERNELS=gemm1_name,gemm2_name picks the kernels (under ncu NVML can fail, the

@@ -98,6 +98,14 @@ def layer_and_weights(variant: str, seed: int):
     return _layers[variant], _weights[variant]
 
 
+def every_kernel_pair(layer) -> list[tuple[int, int]]:
+    """(gemm1, gemm2) kernel indices that run every kernel of both GEMMs at least once, the GEMM2
+    list reversed so that pairs vary."""
+    g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
+    g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"][::-1]
+    return [(g1[i % len(g1)], g2[i % len(g2)]) for i in range(max(len(g1), len(g2)))]
+
+
 def assert_batch_invariant(layer, w, sizes, seed: int) -> None:
     """Eight tokens computed alone, then inside batches of each size (the rest filled with other
     tokens): their outputs must be bitwise the same, whichever kernels each size dispatches to."""

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import VARIANTS, assert_batch_invariant, layer_and_weights  # noqa: E402
+from gpu_variants import VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights  # noqa: E402
 from moegen.routing import hash_route  # noqa: E402
 from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, reference_output, relative_l2  # noqa: E402
@@ -87,11 +87,7 @@ def test_bf16_router_logits(variant, T):
 def test_every_kernel_is_correct(variant):
     """Each built kernel, not just the one the dispatch picks, at a decode and a prefill size."""
     layer, _ = _layer(variant)
-    g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
-    g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
-    g2.reverse()
-    for i in range(max(len(g1), len(g2))):  # every kernel of both GEMMs runs at least once
-        a, b = g1[i % len(g1)], g2[i % len(g2)]
+    for a, b in every_kernel_pair(layer):
         for T in (5, 300):
             check(variant, T, kernels=(a, b), seed_offset=a)
 

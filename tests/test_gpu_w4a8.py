@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, layer_and_weights  # noqa: E402
+from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 3, 16, 33, 255, 1024, 4096)
@@ -72,11 +72,7 @@ def test_w4a8_skewed_routing(variant, T):
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash-w4a8", "gpt-oss-20b-tp2-w4a8"])
 def test_every_w4a8_kernel_is_correct(variant):
     layer, _ = _layer(variant)
-    g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
-    g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
-    g2.reverse()
-    for i in range(max(len(g1), len(g2))):
-        a, b = g1[i % len(g1)], g2[i % len(g2)]
+    for a, b in every_kernel_pair(layer):
         for T in (5, 300):
             check(variant, T, kernels=(a, b), seed_offset=a)
 

@@ -2,8 +2,10 @@
 serialized, unlike ncu): where a layer call's microseconds go, gaps included.
 
     python3 tools/timeline.py deepseek-v4-flash 1,64,1024 [build-dir] [picks]
-The build dir defaults to generated/<variant>/sm90; MODEL-w4a8 is the model with e4m3 activations.  picks (optional) fixes the kernels per T instead of
-the dispatch: "1=m64n8k128s6+m64n8k128s6,1024=m128n64k64s6+m128n64k64s6" (gemm1 tile + gemm2 tile).
+The first argument is a build's variant (deepseek-v4-flash-w4a8: the W4A8 one); the build dir
+defaults to generated/<variant>/sm90, and the spec is the library's.  picks (optional) fixes the
+kernels per T instead of the dispatch: "1=m64n8k128s6+m64n8k128s6,1024=m128n64k64s6+m128n64k64s6"
+(gemm1 tile + gemm2 tile).
 """
 import collections
 import sys
@@ -14,14 +16,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from moegen.cli import DEFAULT_OUT
 from moegen.runtime import load
-from moegen.spec import load_model
 from moegen.testing import random_inputs, random_weights
 
-model = sys.argv[1]
+variant = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2].split(",")]
-spec = load_model(model.removesuffix("-w4a8"))  # MODEL-w4a8: e4m3 activations (a W4A8 build)
-spec = spec.with_activations("fp8") if model.endswith("-w4a8") else spec
-layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+layer = load(Path(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else DEFAULT_OUT / variant / "sm90")
+spec = layer.spec
 w = random_weights(spec, "cuda", 1, layer.weight_layout)
 names = [k.name for k in layer.kernels]
 picks = {}

@@ -408,7 +408,9 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         if c not in todo:
             cached_log = store / f"{c.obj}.log"
             if cached_log.is_file():
-                result.resources[c.name] = ptxas_resources(cached_log.read_text(errors="replace"))
+                text = cached_log.read_text(errors="replace")
+                result.resources[c.name] = ptxas_resources(text)
+                _write_log(out, c, text)  # logs/ describes this build's objects, cached or not
     try:
         jobs = jobs or os.cpu_count() or 1
         if todo:
@@ -441,15 +443,28 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         _link(plan)
         manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources)
         atomic_write(out / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        # Older libraries are unreachable once the manifest names the new one.
+        # Older libraries are unreachable once the manifest names the new one; sources and logs of
+        # kernels this build does not have would pass for its own (their objects stay in the store).
         for p in out.glob("libmoegen-*.so"):
             if p.name != plan.library:
+                p.unlink(missing_ok=True)
+        for p in (out / "logs").glob("*.log"):
+            if p.stem not in {c.name for c in plan.compiles}:
+                p.unlink(missing_ok=True)
+        for p in (out / "src").glob("*.cu"):
+            if p.name not in plan.sources:
                 p.unlink(missing_ok=True)
         if todo:
             log(f"built {out / plan.library} in {time.monotonic() - start:.0f} s")
         return result
     except OSError as e:
         raise BuildError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
+
+
+def _write_log(out: Path, step: CompileStep, text: str) -> None:
+    path, content = out / "logs" / f"{step.name}.log", " ".join(step.command) + "\n" + text
+    if not path.is_file() or path.read_text(errors="replace") != content:
+        atomic_write(path, content)
 
 
 def _compile_one(plan: BuildPlan, step: CompileStep):
@@ -463,7 +478,7 @@ def _compile_one(plan: BuildPlan, step: CompileStep):
         ok = proc.returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0
     except OSError as e:
         text, ok = f"{step.command[0]}: {e}", False
-    atomic_write(out / "logs" / f"{step.name}.log", " ".join(step.command) + "\n" + text)
+    _write_log(out, step, text)
     if not ok:
         tmp.unlink(missing_ok=True)
         return step, False, text, time.monotonic() - t0

@@ -320,6 +320,25 @@ def test_switching_kernel_sets_reuses_objects(tmp_path, fake_toolchain):
     assert_consistent(back.plan.out_dir)
 
 
+def test_logs_and_sources_are_this_builds(tmp_path, fake_toolchain):
+    """Issue: logs/ kept an earlier build's log for a kernel whose object came from the store (a
+    spill that the linked object did not have), and the logs and sources of kernels no longer built."""
+    root = tmp_path / "gen"
+    run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    b = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
+    out = b.plan.out_dir
+    shared = TINY_SETS["a"][1].name
+    assert shared in b.reused
+    (out / "logs" / f"{shared}.log").write_text("stale")
+    back = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    names = {c.name for c in back.plan.compiles}
+    assert {p.stem for p in (out / "logs").glob("*.log")} == names
+    assert {p.stem for p in (out / "src").glob("*.cu")} == names
+    for name in set(names) - set(back.compiled):  # cached: the log the store kept with the object
+        log = (out / "logs" / f"{name}.log").read_text()
+        assert "Used 42 registers" in log and log.startswith(str(fake_toolchain.nvcc)), name
+
+
 def test_truncated_object_is_rebuilt(tmp_path, fake_toolchain):
     """Issue: a cached object truncated to 0 bytes linked into a broken .so, then 'up to date'."""
     root = tmp_path / "gen"

@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# W4A8 round c (2026-12-02): GEMM1 quantizes `h` itself (the last CTA of each work tile) up to
-# kQuantizeHInGemm1MaxRows expert rows.  After `source lab/device_env.sh`:
+# W4A8 round c (2026-12-02).  The builds each call uses were made here from variants of the source:
+#   A: lab/experiments/h_quant_in_gemm1.patch applied to b64a7e6 (GEMM1's last CTA per work tile
+#      quantizes `h` up to kQuantizeHInGemm1MaxRows expert rows; not kept), `moegen build
+#      --activations fp8`; generated/_prev: b64a7e6's build.
+#   E: b64a7e6 with one-block routing's early-quantize test `2 * T <= kWarps` replaced by
+#      `kWarps - T >= N * T` (N = 3, 7, 100) and, for u8, `#pragma unroll 8` in
+#      quantize_rows_e4m3_warps, each built with --out generated/_exp/eN[u8].
+#   M: b64a7e6 with OneBlockRouting::kMaxTokens = (P::kFp8Activations ? N : ...), N = 4, 8
+#      (e27e21b ships N = 8), built with --out generated/_exp/mN.
+#   B: e27e21b.
+# After `source lab/device_env.sh`:
 #   A: `moegen check` of the default W4A8 build; one bench run (BF16 default, this W4A8 build, the
 #      previous one in generated/_prev) at T = 1-1024; the same with MOEGEN_H_QUANT=gemm1 at T = 1024
 #      and 4096 (is the threshold right?); the decode timeline.

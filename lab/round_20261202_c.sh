@@ -9,6 +9,9 @@
 #   M: b64a7e6 with OneBlockRouting::kMaxTokens = (P::kFp8Activations ? N : ...), N = 4, 8
 #      (e27e21b ships N = 8), built with --out generated/_exp/mN.
 #   B: e27e21b.
+#   Q: many-block routing's hidden rows quantized by extra blocks of its grid (2 rows, 4 warps each)
+#      instead of by each token's routing warp: the W4A8 GPU tests, then two two-library bench runs
+#      of this build against e27e21b's (generated/_prev), once in each order, and the routing's time.
 # After `source lab/device_env.sh`:
 #   A: `moegen check` of the default W4A8 build; one bench run (BF16 default, this W4A8 build, the
 #      previous one in generated/_prev) at T = 1-1024; the same with MOEGEN_H_QUANT=gemm1 at T = 1024
@@ -66,6 +69,25 @@ if [ "$2" = M ]; then  # W4A8 routing: one block up to mN tokens (N = 4, 8), man
     echo "== ${v%%:*}"; timeout -k 5 60 python3 tools/timeline.py deepseek-v4-flash-w4a8 8,16,32 ${v#*:} 2>&1 | grep -E "^T=|route|zero|gemm1"
   done > $R/timeline-m.txt
   cat $R/timeline-m.txt; pack
+fi
+if [ "$2" = Q ]; then
+  timeout -k 5 150 python3 -m pytest -m gpu tests/test_gpu_w4a8.py tests/test_quantize_gpu.py -q -s -p no:cacheprovider \
+    > $R/pytest-w4a8-q.log 2>&1
+  grep -E "seed|passed|failed|FAILED|Error" $R/pytest-w4a8-q.log | tail -6
+  grep -E "rel L2" $R/pytest-w4a8-q.log > $R/w4a8-errors-q.txt
+  pack
+  for o in a b; do
+    if [ $o = a ]; then D=generated; C=$PREV; L=prev; else D=generated/_prev; C=$W4A8; L=new; fi
+    echo "== default from $D, compare $L"
+    timeout -k 5 150 python3 -m moegen bench --model deepseek-v4-flash --activations fp8 --out $D --compare $L=$C \
+      --tokens 16,64,256,1024,4096 --reps 8 --rounds 4 --warm-seconds 2 --json $R/bench-q-$o.json 2>/dev/null \
+      | cut -d'|' -f2-6
+    pack
+  done
+  for lib in $W4A8 $PREV; do
+    echo "== $lib"; timeout -k 5 60 python3 tools/timeline.py deepseek-v4-flash-w4a8 16,64,1024,4096 $lib 2>&1 | grep -E "^T=|route|zero"
+  done > $R/timeline-q.txt
+  cat $R/timeline-q.txt; pack
 fi
 if [ "$2" = B ]; then
   timeout -k 5 200 python3 -m pytest -m gpu tests/test_gpu_w4a8.py tests/test_quantize_gpu.py -q -s -p no:cacheprovider \

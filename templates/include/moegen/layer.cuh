@@ -180,7 +180,7 @@ int run_routing(RoutingParams& rp, const RoutingWorkspace<P>& ws, int bn1, int b
   } else {
     zero_counters_kernel<P><<<1, 256, 0, stream>>>(ws.counts);
     MOEGEN_CHECK_LAUNCH("zero_counters");
-    const dim3 grid((T + kRouteWarps - 1) / kRouteWarps), block(kRouteWarps * kWarpSize);
+    const dim3 grid(route_grid<P>(T)), block(kRouteWarps * kWarpSize);
     e = launch_pdl(route_kernel<P, Source>, grid, block, 0, stream, rp);
     if (e != cudaSuccess) return fail(int(e), "route: %s", cudaGetErrorString(e));
   }

@@ -51,21 +51,13 @@ struct RoutingParams {
   int32_t* token_row;       // [T, K] -> permuted row or -1
   int scatter_in_last_block;  // small batches: the last routing block also scatters (one launch less)
   // W4A8 (P::kFp8Activations): the hidden states [T, H], and their e4m3 rows and per-row scales,
-  // which the routing kernel writes (one-block routing: the warps without a token; many-block: each
-  // token's warp).  A quantizer kernel of its own added a launch and its drain to the chain.
+  // which the routing kernel writes (one-block routing: the warps without a token; many-block: blocks
+  // of its grid past the routing ones).  A quantizer kernel of its own added a launch and its drain
+  // to the chain.
   const __nv_bfloat16* hidden;
   uint8_t* hidden_q;    // [T, H]
   float* hidden_scale;  // [T]
 };
-
-// W4A8: the routing warp of token t quantizes its hidden row too (many-block routing: a warp per
-// token either way).
-template <class P>
-__device__ __forceinline__ void quantize_hidden_row(const RoutingParams& rp, int t, int lane) {
-  if constexpr (P::kFp8Activations)
-    quantize_row_e4m3_warp<P::kHidden>(rp.hidden + size_t(t) * P::kHidden, rp.hidden_q + size_t(t) * P::kHidden,
-                                       rp.hidden_scale + t, lane);
-}
 
 // Volatile loads: route_token issues every load of a warp before its first sigmoid, and without
 // `volatile` the compiler moved each back behind the previous expert's division (see there).
@@ -329,6 +321,18 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
 // block's scatter shorter.
 constexpr int kRouteWarps = 8;
 
+// W4A8, many-block routing: blocks after the routing ones in the same grid quantize the hidden rows,
+// kRouteWarps / kQuantizeRowsPerBlock warps per row, while the others route.  (A routing warp
+// quantizing its own token's row put a warp's 6.5 us per 4096-wide row in series with the routing
+// and the last block's schedule.)
+constexpr int kQuantizeRowsPerBlock = 2;
+__host__ __device__ constexpr int route_blocks(int num_tokens) { return (num_tokens + kRouteWarps - 1) / kRouteWarps; }
+template <class P>
+int route_grid(int num_tokens) {
+  return route_blocks(num_tokens) +
+         (P::kFp8Activations ? (num_tokens + kQuantizeRowsPerBlock - 1) / kQuantizeRowsPerBlock : 0);
+}
+
 // Zeroes the many-block path's counters: a kernel rather than a memset, so route_kernel can be
 // launched programmatically and wait for it on the device (a memset node was followed by a 5-18 us
 // gap before the route kernel in H200 graph replays).
@@ -348,14 +352,23 @@ __global__ void __launch_bounds__(kRouteWarps * kWarpSize) route_kernel(RoutingP
   pdl_launch_dependents();
   pdl_wait();  // the counters are zeroed
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int t = blockIdx.x * kRouteWarps + warp;
-  if (t < rp.num_tokens) {
-    Source::template choose<P>(rp, t, warp, lane, group_sel, rp.counts);
-    quantize_hidden_row<P>(rp, t, lane);
+  const int routing_blocks = route_blocks(rp.num_tokens);
+  if constexpr (P::kFp8Activations) {
+    if (int(blockIdx.x) >= routing_blocks) {
+      __shared__ float amax_s[kRouteWarps];
+      const int row0 = (int(blockIdx.x) - routing_blocks) * kQuantizeRowsPerBlock;
+      quantize_rows_e4m3_warps<P::kHidden>(rp.hidden + size_t(row0) * P::kHidden,
+                                           min(kQuantizeRowsPerBlock, rp.num_tokens - row0),
+                                           rp.hidden_q + size_t(row0) * P::kHidden, rp.hidden_scale + row0, amax_s,
+                                           warp, kRouteWarps, 1);
+      return;
+    }
   }
+  const int t = blockIdx.x * kRouteWarps + warp;
+  if (t < rp.num_tokens) Source::template choose<P>(rp, t, warp, lane, group_sel, rp.counts);
   __threadfence();  // this block's counts and slots, before it reports done
   __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(rp.blocks_done, 1) == int(gridDim.x) - 1;
+  if (threadIdx.x == 0) is_last = atomicAdd(rp.blocks_done, 1) == routing_blocks - 1;
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // every other block's counts are visible now

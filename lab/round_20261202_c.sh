@@ -9,6 +9,8 @@
 #   M: b64a7e6 with OneBlockRouting::kMaxTokens = (P::kFp8Activations ? N : ...), N = 4, 8
 #      (e27e21b ships N = 8), built with --out generated/_exp/mN.
 #   B: e27e21b.
+#   T: a27a776 with OneBlockRouting::kMaxTokens = (P::kFp8Activations ? N : ...), N = 1, 2, 4, built
+#      with --out generated/_exp/mN: the decode timeline's routing and one bench run at T = 1-8.
 #   Q: many-block routing's hidden rows quantized by extra blocks of its grid (2 rows, 4 warps each)
 #      instead of by each token's routing warp: the W4A8 GPU tests, then two two-library bench runs
 #      of this build against e27e21b's (generated/_prev), once in each order, and the routing's time.
@@ -88,6 +90,17 @@ if [ "$2" = Q ]; then
     echo "== $lib"; timeout -k 5 60 python3 tools/timeline.py deepseek-v4-flash-w4a8 16,64,1024,4096 $lib 2>&1 | grep -E "^T=|route|zero"
   done > $R/timeline-q.txt
   cat $R/timeline-q.txt; pack
+fi
+if [ "$2" = T ]; then  # a27a776: W4A8 one-block routing up to N tokens (generated/_exp/mN, N = 1, 2, 4; a27a776: 8)
+  X=generated/_exp
+  for v in m8:$W4A8 m1:$X/m1/deepseek-v4-flash-w4a8/sm90 m2:$X/m2/deepseek-v4-flash-w4a8/sm90 m4:$X/m4/deepseek-v4-flash-w4a8/sm90; do
+    echo "== ${v%%:*}"; timeout -k 5 60 python3 tools/timeline.py deepseek-v4-flash-w4a8 1,2,4,8 ${v#*:} 2>&1 | grep -E "^T=|route|zero"
+  done > $R/timeline-t.txt
+  cat $R/timeline-t.txt; pack
+  timeout -k 5 150 python3 -m moegen bench --model deepseek-v4-flash --activations fp8 --compare m1=$X/m1/deepseek-v4-flash-w4a8/sm90 \
+    --compare m2=$X/m2/deepseek-v4-flash-w4a8/sm90 --compare m4=$X/m4/deepseek-v4-flash-w4a8/sm90 --tokens 1,2,4,8 \
+    --reps 8 --rounds 4 --warm-seconds 2 --json $R/bench-t.json 2>/dev/null | cut -d'|' -f2-6
+  pack
 fi
 if [ "$2" = B ]; then
   timeout -k 5 200 python3 -m pytest -m gpu tests/test_gpu_w4a8.py tests/test_quantize_gpu.py -q -s -p no:cacheprovider \

@@ -21,7 +21,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
 from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
 
-TOKENS = (0, 1, 3, 8, 9, 33, 255, 1024, 4096)  # 8 | 9: one-block | many-block routing
+TOKENS = (0, 1, 2, 3, 9, 33, 255, 1024, 4096)  # 2 | 3: one-block | many-block routing
 # Against the fp8 reference: FP8 wgmma adds its products at reduced precision (about 2e-4 relative on
 # GEMM1 with each K tile's partial sums promoted to fp32), and re-quantizing `h` to e4m3 turns that
 # into whole e4m3 steps on the few elements it moves across a rounding boundary: 1.8e-3 - 1.2e-2 over

@@ -391,11 +391,12 @@ struct OneBlockRouting {
   // One token per warp: the block runs on one SM, so routing more tokens here is issue-bound
   // (T = 64 at two per warp took 22 us on an H200, against ~13 us for the many-block path).
   static constexpr int kTokensPerWarp = 1;
-  // W4A8: this SM also quantizes the hidden rows (moegen/quantize.cuh), one warp per 4096-wide row
-  // from 16 tokens, and became the routing's time: 17.0 us at T = 16 and 26.8 at 32 on an H200
-  // (DeepSeek-V4-Flash).  The many-block path spreads the rows over SMs: 13.1-13.3 us at 16-32
-  // tokens, the layer 2.0 and 2.6 % faster; at 8 tokens it lost (163.7 against 158.5 us).
-  static constexpr int kMaxTokens = P::kFp8Activations ? 8 : kWarps * kTokensPerWarp;
+  // W4A8: this SM also quantizes the hidden rows (moegen/quantize.cuh), with fewer warps per row
+  // as tokens grow (one per 4096-wide row from 16), and the routing took 6.2 us at T = 4, 9.0 at 8,
+  // 17.0 at 16 on an H200 (DeepSeek-V4-Flash).  The many-block path quantizes in blocks of its own
+  // grid beside the routing ones: 5.2-5.9 us at T = 3-8 (the layer 0.5 % faster at 4, 1.7 % at 8);
+  // at T = 2 it lost (5.8 + 0.5 us of counter zeroing, against 5.4).
+  static constexpr int kMaxTokens = P::kFp8Activations ? 2 : kWarps * kTokensPerWarp;
   static_assert(kMaxTokens <= kWarps * kTokensPerWarp, "a warp per token");
   static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
 };

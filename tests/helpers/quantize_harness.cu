@@ -3,6 +3,7 @@
 // moegen.mxfp8 and moegen.fp8 bit for bit.
 #include <cuda_runtime.h>
 #include "moegen/quantize.cuh"
+#include "moegen/routing.cuh"  // the many-block routing's quantizer blocks: kRouteWarps, kQuantizeRowsPerBlock
 
 namespace {
 constexpr int kGroups = 8;
@@ -33,12 +34,14 @@ __global__ void rows_by_warps(const __nv_bfloat16* x, int rows, uint8_t* q, floa
   if (warp < first_warp) return;  // as the routing warps that hold a token
   moegen::quantize_rows_e4m3_warps<K>(x, rows, q, scale, amax, warp - first_warp, warps - first_warp, 1);
 }
+// As route_kernel's quantizer blocks: kQuantizeRowsPerBlock rows per block of kRouteWarps warps.
 template <int K>
-__global__ void rows_warp_each(const __nv_bfloat16* x, int rows, uint8_t* q, float* scale) {
-  const int row = int(blockIdx.x) * (int(blockDim.x) / moegen::kWarpSize) + int(threadIdx.x) / moegen::kWarpSize;
-  if (row < rows)
-    moegen::quantize_row_e4m3_warp<K>(x + long(row) * K, q + long(row) * K, scale + row,
-                                      int(threadIdx.x) % moegen::kWarpSize);
+__global__ void rows_by_blocks(const __nv_bfloat16* x, int rows, uint8_t* q, float* scale) {
+  __shared__ float amax[moegen::kRouteWarps];
+  const int row0 = int(blockIdx.x) * moegen::kQuantizeRowsPerBlock;
+  moegen::quantize_rows_e4m3_warps<K>(x + long(row0) * K, min(moegen::kQuantizeRowsPerBlock, rows - row0),
+                                      q + long(row0) * K, scale + row0, amax, int(threadIdx.x) / moegen::kWarpSize,
+                                      moegen::kRouteWarps, 1);
 }
 template <int K>
 int quantize_e4m3(const __nv_bfloat16* x, int rows, const int32_t* live_rows, int mode, int first_warp, uint8_t* q,
@@ -49,13 +52,14 @@ int quantize_e4m3(const __nv_bfloat16* x, int rows, const int32_t* live_rows, in
   else if (mode == 1)
     rows_by_warps<K><<<1, 32 * moegen::kWarpSize>>>(x, rows, q, scale, first_warp);
   else
-    rows_warp_each<K><<<(rows + 7) / 8, 8 * moegen::kWarpSize>>>(x, rows, q, scale);
+    rows_by_blocks<K><<<(rows + moegen::kQuantizeRowsPerBlock - 1) / moegen::kQuantizeRowsPerBlock,
+                        moegen::kRouteWarps * moegen::kWarpSize>>>(x, rows, q, scale);
   return int(cudaDeviceSynchronize());
 }
 }  // namespace
 
 // mode 0: a block per row (live_rows may be nullptr); 1: one block, warps [first_warp, 32) sharing
-// rows <= 32 - first_warp; 2: a warp per row.
+// rows <= 32 - first_warp; 2: blocks of kRouteWarps warps, kQuantizeRowsPerBlock rows each.
 extern "C" int moegen_test_quantize_e4m3(const void* x, int rows, int k, const int32_t* live_rows, int mode,
                                          int first_warp, uint8_t* q, float* scale) {
   const auto* xb = static_cast<const __nv_bfloat16*>(x);

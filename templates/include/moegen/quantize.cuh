@@ -172,26 +172,6 @@ __device__ __forceinline__ void quantize_rows_e4m3_warps(const __nv_bfloat16* __
   for (int c = part * kWarpSize + lane; c < kChunks; c += per_row * kWarpSize) dst[c] = bf16x8_to_e4m3x8(src[c], s);
 }
 
-// One row per warp (every lane calls it); the row is read twice (amax, then values), the second
-// time from L1/L2.
-template <int K>
-__device__ __forceinline__ void quantize_row_e4m3_warp(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ q,
-                                                       float* __restrict__ scale, int lane) {
-  static_assert(K % 8 == 0, "rows are read in 16-byte chunks");
-  constexpr int kChunks = K / 8;
-  const uint4* src = reinterpret_cast<const uint4*>(x);
-  float amax = 0.f;
-#pragma unroll 4
-  for (int c = lane; c < kChunks; c += kWarpSize) amax = amax_bf16x8(src[c], amax);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float s = e4m3_row_scale(amax);
-  if (lane == 0) *scale = s;
-  uint2* dst = reinterpret_cast<uint2*>(q);
-#pragma unroll 4
-  for (int c = lane; c < kChunks; c += kWarpSize) dst[c] = bf16x8_to_e4m3x8(src[c], s);
-}
-
 // Threads per row of quantize_rows_e4m3_kernel.
 constexpr int quantize_row_threads(int k) {
   const int chunks = k / 8;

@@ -394,7 +394,7 @@ struct OneBlockRouting {
   // W4A8: this SM also quantizes the hidden rows (moegen/quantize.cuh), with fewer warps per row
   // as tokens grow (one per 4096-wide row from 16), and the routing took 6.2 us at T = 4, 9.0 at 8,
   // 17.0 at 16 on an H200 (DeepSeek-V4-Flash).  The many-block path quantizes in blocks of its own
-  // grid beside the routing ones: 5.2-5.9 us at T = 3-8 (the layer 0.5 % faster at 4, 1.7 % at 8);
+  // grid beside the routing ones: 5.3 and 5.9 us at T = 4 and 8 (the layer 0.5 % faster at 4, 1.7 % at 8);
   // at T = 2 it lost (5.8 + 0.5 us of counter zeroing, against 5.4).
   static constexpr int kMaxTokens = P::kFp8Activations ? 2 : kWarps * kTokensPerWarp;
   static_assert(kMaxTokens <= kWarps * kTokensPerWarp, "a warp per token");

@@ -414,13 +414,13 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int e = threadIdx.x; e < P::kLocalExperts; e += blockDim.x) counts_s[e] = 0;
   __syncthreads();
-  // W4A8: the warps without a token quantize the hidden rows while the others route, when there
-  // are at least as many of them as tokens (a warp per 4096-wide row took 6.5 us on an H200)...
+  // W4A8: the warps without a token quantize the hidden rows while the others route (at most
+  // kMaxTokens rows, so several warps each).
   static_assert(R::kTokensPerWarp == 1, "warps [num_tokens, kWarps) have no token");
+  static_assert(!P::kFp8Activations || 2 * R::kMaxTokens <= R::kWarps, "at least one idle warp per row");
   __shared__ float amax_s[P::kFp8Activations ? R::kWarps : 1];
-  [[maybe_unused]] const bool quantize_early = P::kFp8Activations && 2 * rp.num_tokens <= R::kWarps;
   if constexpr (P::kFp8Activations)
-    if (quantize_early && warp >= rp.num_tokens)
+    if (warp >= rp.num_tokens)
       quantize_rows_e4m3_warps<P::kHidden>(rp.hidden, rp.num_tokens, rp.hidden_q, rp.hidden_scale, amax_s,
                                            warp - rp.num_tokens, R::kWarps - rp.num_tokens, 1);
   Choice mine[R::kTokensPerWarp];
@@ -447,12 +447,6 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
       rp.token_row[size_t(t) * K + lane] = row;
     }
   }
-  // ...or, with fewer idle warps than tokens, every warp at the end (GEMM1 waits for this grid to
-  // complete anyway).
-  if constexpr (P::kFp8Activations)
-    if (!quantize_early)
-      quantize_rows_e4m3_warps<P::kHidden>(rp.hidden, rp.num_tokens, rp.hidden_q, rp.hidden_scale, amax_s, warp,
-                                           R::kWarps, 1);
 }
 
 // Inclusive scan of three counters across a warp.

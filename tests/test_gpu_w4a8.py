@@ -19,15 +19,20 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
 from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights  # noqa: E402
-from moegen.testing import random_inputs, random_weights, reference_output, relative_l2  # noqa: E402
+from moegen.testing import random_inputs, random_weights, reference_output  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 9, 33, 255, 1024, 4096)  # 2 | 3: one-block | many-block routing
 # Against the fp8 reference: FP8 wgmma adds its products at reduced precision (about 2e-4 relative on
 # GEMM1 with each K tile's partial sums promoted to fp32), and re-quantizing `h` to e4m3 turns that
-# into whole e4m3 steps on the few elements it moves across a rounding boundary: 1.8e-3 - 1.2e-2 over
-# every shipped model (H200, 2026-12-02; mostly 5-7e-3, noisier at small T where a handful of
-# flips decide it; 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
+# into whole e4m3 steps on the few elements it moves across a rounding boundary: 1.7e-3 - 8.0e-3 over
+# every shipped model (H200, 2026-12-02, T <= 2 pooled; median 4.8e-3; 1.2-1.4e-2 without the promotion).
+# A layout or scale error is O(1).
 TOLERANCE = 1.5e-2
+# Up to this many tokens one draw's error rests on a few thousand outputs and a handful of flipped
+# `h` elements (gpt-oss-20b at T = 1 measured 1.48e-2 in one draw, 8.0e-3 pooled), so the error is
+# pooled over SMALL_T_DRAWS fresh draws, each a poisoned call of its own.
+SMALL_T = 2
+SMALL_T_DRAWS = 4
 # Against the exact layer: e4m3's three mantissa bits on both activations: 4.3-4.8e-2 measured
 # (moegen.fp8: 4.3-4.7e-2 simulated for random weights).
 EXACT_BOUND = 5.5e-2
@@ -42,17 +47,23 @@ def _layer(variant):
 def check(variant, T, skew=False, kernels=None, seed_offset=0):
     layer, w = _layer(variant)
     spec = layer.spec
-    x = random_inputs(spec, T, "cuda", _SEED + 1000 * T + seed_offset + 7 * skew, skew=skew)
-    res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
-    torch.cuda.synchronize()
-    assert res.out.shape == (T, spec.hidden_size) and res.out.dtype == torch.bfloat16
-    if T == 0:
-        return
-    assert not torch.isnan(res.out).any(), "output has NaN (unwritten or non-finite elements)"
-    err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids, "fp8"))
-    exact = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids, "bf16"))
+    squares = {"fp8": [0.0, 0.0], "exact": [0.0, 0.0]}  # per reference: sum |out - ref|^2, sum |ref|^2
+    for draw in range(SMALL_T_DRAWS if 0 < T <= SMALL_T else 1):
+        x = random_inputs(spec, T, "cuda", _SEED + 1000 * T + seed_offset + 7 * skew + 100003 * draw, skew=skew)
+        res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
+        torch.cuda.synchronize()
+        assert res.out.shape == (T, spec.hidden_size) and res.out.dtype == torch.bfloat16
+        if T == 0:
+            return
+        assert not torch.isnan(res.out).any(), "output has NaN (unwritten or non-finite elements)"
+        for name, fmt in (("fp8", "fp8"), ("exact", "bf16")):
+            ref = reference_output(spec, w, x, res.topk_ids, fmt).double()
+            squares[name][0] += (res.out.double() - ref).square().sum().item()
+            squares[name][1] += ref.square().sum().item()
+    err, exact = ((d / r) ** 0.5 if r > 0 else d ** 0.5 for d, r in squares.values())
+    pooled = f" (pooled over {SMALL_T_DRAWS} draws)" if T <= SMALL_T else ""
     print(f"{variant} T={T} skew={skew} kernels={kernels}: rel L2 {err:.2e} against the fp8 reference, "
-          f"{exact:.2e} against the exact layer")
+          f"{exact:.2e} against the exact layer{pooled}")
     assert err <= TOLERANCE, f"{variant} T={T}: relative L2 error {err:.3e} > {TOLERANCE}"
     assert exact <= EXACT_BOUND, f"{variant} T={T}: {exact:.3e} against the exact layer"
 

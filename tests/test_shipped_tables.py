@@ -14,7 +14,9 @@ GPU_DIR = SHIPPED_DIR / "sm90" / "nvidia-h200-132sm"
 DEPLOYED = [(m, {}) for m in known_models()] + [
     ("gpt-oss-120b", dict(tp_size=2)), ("gpt-oss-20b", dict(tp_size=2)),
     ("deepseek-v3", dict(ep_size=8, ep_rank=0)), ("deepseek-v4-flash", dict(ep_size=8, ep_rank=0)),
-    ("deepseek-v4-flash", dict(activations="fp8")),  # W4A8, tuned on its shortlist
+    # W4A8, each tuned on its shortlist
+    ("deepseek-v4-flash", dict(activations="fp8")), ("gpt-oss-120b", dict(activations="fp8")),
+    ("gpt-oss-20b", dict(activations="fp8")),
 ]
 
 

@@ -5,7 +5,8 @@ serialized, unlike ncu): where a layer call's microseconds go, gaps included.
 The first argument is a build's variant (deepseek-v4-flash-w4a8: the W4A8 one); the build dir
 defaults to generated/<variant>/sm90, and the spec is the library's.  picks (optional) fixes the
 kernels per T instead of the dispatch: "1=m64n8k128s6+m64n8k128s6,1024=m128n64k64s6+m128n64k64s6"
-(gemm1 tile + gemm2 tile).
+(gemm1 tile + gemm2 tile).  Each T replays four captured input sets in turn, synchronizing after
+every replay, and reports medians of 20.
 """
 import collections
 import sys
@@ -42,7 +43,7 @@ def short(name: str) -> str:
     return name[:40]
 
 
-ROTATIONS = 4  # input sets replayed in turn, so a replay finds the next one's experts' weights cold in L2
+ROTATIONS = 4  # input sets (different tokens, so different experts) replayed in turn, as the bench does
 
 
 for T in tokens:

@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from moegen.bench import input_sets
 from moegen.cli import DEFAULT_OUT
 from moegen.runtime import load
-from moegen.testing import random_inputs, random_weights
+from moegen.testing import random_weights
 
 variant = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2].split(",")]
@@ -48,26 +49,13 @@ ROTATIONS = 4  # input sets (different tokens, so different experts) replayed in
 
 for T in tokens:
     kernels = picks.get(T, layer.choose_kernels(T))
-    graphs = []
-    for i in range(ROTATIONS):
-        x = random_inputs(spec, T, "cuda", 2 + i)
-        run = lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)  # noqa: E731
-        run()
-        torch.cuda.synchronize()
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            run()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                run()
-        torch.cuda.synchronize()
-        graphs.append((graph, x))  # x keeps the captured buffers alive
+    sets = input_sets(layer, w, T, kernels, ROTATIONS, seed=2)  # the bench's: each run once, then captured
     for r in range(5):
-        graphs[r % ROTATIONS][0].replay()
+        sets.graphs[r % ROTATIONS].replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for r in range(REPS):
-            graphs[r % ROTATIONS][0].replay()
+            sets.graphs[r % ROTATIONS].replay()
             torch.cuda.synchronize()  # replays apart, so each one's span is its own
     events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
                     key=lambda e: e.time_range.start)

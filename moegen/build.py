@@ -448,8 +448,9 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         for p in out.glob("libmoegen-*.so"):
             if p.name != plan.library:
                 p.unlink(missing_ok=True)
+        built = {c.name for c in plan.compiles}
         for p in (out / "logs").glob("*.log"):
-            if p.stem not in {c.name for c in plan.compiles}:
+            if p.stem not in built:
                 p.unlink(missing_ok=True)
         for p in (out / "src").glob("*.cu"):
             if p.name not in plan.sources:

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Round f (2026-12-02, second session).  Built here before the call: DeepSeek-V4-Flash's default W4A8
+# build with W4A8's promotion in two column chunks (generated/_exp/chunk), the pending GEMM2 B-by-TMA
+# builds (generated/_exp/tma, lab/experiments/gemm2_b_operand_tma.patch), the default builds, and the
+# W4A8 shortlists of Qwen3-30B-A3B and DeepSeek-V3.  Staged with lab/stage_carry.sh over those roots.
+# After `source lab/device_env.sh`:
+#   T: B-by-TMA: bit for bit against the default builds (lab/bitwise_ab.py; BF16 and W4A8), then bench
+#      both orders (BF16);
+#   C: chunked promotion: bit for bit against the default build, then bench both orders;
+#   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
+#      settings), tables into configs/dispatch (copies in $OUT).
+# Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
+set -uo pipefail
+OUT=$1
+R=/tmp/round_f; mkdir -p $R
+pack() { tar czf "$OUT/results.tgz" -C $R . ; }
+bench2() {  # NAME MODEL ACT DEFAULT_ROOT OTHER_DIR TOKENS: both orders, the default build against OTHER_DIR
+  local name=$1 model=$2 act=$3 root=$4 other=$5 tokens=$6 variant=$2
+  [ "$act" = fp8 ] && variant=$2-w4a8
+  timeout -k 5 170 python3 -m moegen bench --model $model --activations $act --out $root --compare $name=$other \
+    --tokens $tokens --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-$name-a.json 2>/dev/null | cut -d'|' -f2-6
+  pack
+  timeout -k 5 170 python3 -m moegen bench --model $model --activations $act --out $(dirname $(dirname $other)) \
+    --compare default=$root/$variant/sm90 --tokens $tokens --reps 6 --rounds 2 --warm-seconds 2 \
+    --json $R/bench-$name-b.json 2>/dev/null | cut -d'|' -f2-6
+  pack
+}
+for part in "${@:2}"; do
+  C=generated/_exp/chunk X=generated/_exp/tma
+  if [ $part = T ]; then
+    for a in bf16 fp8; do
+      v=deepseek-v4-flash; [ $a = fp8 ] && v=deepseek-v4-flash-w4a8
+      MOEGEN_B_TMA=1 timeout -k 5 120 python3 lab/bitwise_ab.py generated/$v/sm90 $X/$v/sm90 deepseek-v4-flash \
+        --activations $a > $R/bitwise-tma-$a.txt 2>&1; echo "bitwise tma $a rc $?: $(tail -1 $R/bitwise-tma-$a.txt)"
+      grep -m5 DIFF $R/bitwise-tma-$a.txt
+    done
+    pack
+    bench2 tma deepseek-v4-flash bf16 generated $X/deepseek-v4-flash/sm90 256,1024,4096,16384
+  fi
+  if [ $part = C ]; then
+    timeout -k 5 120 python3 lab/bitwise_ab.py generated/deepseek-v4-flash-w4a8/sm90 $C/deepseek-v4-flash-w4a8/sm90 \
+      deepseek-v4-flash --activations fp8 > $R/bitwise-chunk.txt 2>&1; echo "bitwise chunk rc $?: $(tail -1 $R/bitwise-chunk.txt)"
+    grep -m5 DIFF $R/bitwise-chunk.txt
+    pack
+    bench2 chunk deepseek-v4-flash fp8 generated $C/deepseek-v4-flash-w4a8/sm90 1,64,1024,4096,16384
+  fi
+  if [ $part = U ]; then
+    for m in qwen3-30b-a3b deepseek-v3; do
+      timeout -k 5 200 python3 -m moegen tune --model $m --activations fp8 --kernels shortlist --no-build \
+        --buckets 1,4,16,64,256,1024,4096,16384 --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 \
+        --table-root configs/dispatch > $R/tune-$m.log 2>&1
+      echo "tune $m rc $?"; tail -3 $R/tune-$m.log
+      cp configs/dispatch/sm90/nvidia-h200-132sm/*fp8.json $R/ 2>/dev/null
+      pack
+    done
+  fi
+done

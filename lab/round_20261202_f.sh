@@ -7,6 +7,7 @@
 #   T: B-by-TMA: bit for bit against the default builds (lab/bitwise_ab.py; BF16 and W4A8), then bench
 #      both orders (BF16);
 #   C: chunked promotion: bit for bit against the default build, then bench both orders;
+#   D: lab/diag_w4a8_small_t.py on DeepSeek-V3 and DeepSeek-V4-Flash W4A8 (the tuner's T = 1 failure);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
@@ -21,7 +22,7 @@ bench2() {  # NAME MODEL ACT DEFAULT_ROOT OTHER_DIR TOKENS: both orders, the def
     --tokens $tokens --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-$name-a.json 2>/dev/null | cut -d'|' -f2-6
   pack
   timeout -k 5 170 python3 -m moegen bench --model $model --activations $act --out $(dirname $(dirname $other)) \
-    --compare default=$root/$variant/sm90 --tokens $tokens --reps 6 --rounds 2 --warm-seconds 2 \
+    --compare base=$root/$variant/sm90 --tokens $tokens --reps 6 --rounds 2 --warm-seconds 2 \
     --json $R/bench-$name-b.json 2>/dev/null | cut -d'|' -f2-6
   pack
 }
@@ -43,6 +44,12 @@ for part in "${@:2}"; do
     grep -m5 DIFF $R/bitwise-chunk.txt
     pack
     bench2 chunk deepseek-v4-flash fp8 generated $C/deepseek-v4-flash-w4a8/sm90 1,64,1024,4096,16384
+  fi
+  if [ $part = D ]; then
+    for m in deepseek-v3 deepseek-v4-flash; do
+      timeout -k 5 150 python3 lab/diag_w4a8_small_t.py generated/$m-w4a8/sm90 $m 2>&1 | grep -v Warn | tee $R/diag-$m.txt
+    done
+    pack
   fi
   if [ $part = U ]; then
     for m in qwen3-30b-a3b deepseek-v3; do

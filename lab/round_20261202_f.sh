@@ -8,6 +8,9 @@
 #      both orders (BF16);
 #   C: chunked promotion: bit for bit against the default build, then bench both orders;
 #   D: lab/diag_w4a8_small_t.py on DeepSeek-V3 and DeepSeek-V4-Flash W4A8 (the tuner's T = 1 failure);
+#   S: lab/diag_w4a8_sensitivity.py on DeepSeek-V3 (the fp8 reference's own sensitivity per token);
+#   V: DeepSeek-V3's W4A8 tune again (the tolerance now by row count), `moegen check` of its shortlist;
+#   Q: Qwen3-30B-A3B's default W4A8 build checked, benched against its W4A16 build in both orders;
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
@@ -50,6 +53,35 @@ for part in "${@:2}"; do
       timeout -k 5 150 python3 lab/diag_w4a8_small_t.py generated/$m-w4a8/sm90 $m 2>&1 | grep -v Warn | tee $R/diag-$m.txt
     done
     pack
+  fi
+  if [ $part = S ]; then
+    timeout -k 5 150 python3 lab/diag_w4a8_sensitivity.py deepseek-v3 2>&1 | grep -v Warn | tee $R/sensitivity-deepseek-v3.txt
+    pack
+  fi
+  if [ $part = V ]; then
+    timeout -k 5 240 python3 -m moegen tune --model deepseek-v3 --activations fp8 --kernels shortlist --no-build \
+      --buckets 1,4,16,64,256,1024,4096,16384 --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 \
+      --table-root configs/dispatch > $R/tune-deepseek-v3.log 2>&1
+    echo "tune deepseek-v3 rc $?"; tail -3 $R/tune-deepseek-v3.log
+    cp configs/dispatch/sm90/nvidia-h200-132sm/*fp8.json $R/ 2>/dev/null
+    pack
+    timeout -k 5 150 python3 -m moegen check --model deepseek-v3 --activations fp8 --tokens 0,1,2,3,16,64,300,1024,4100 \
+      > $R/check-deepseek-v3-w4a8.txt 2>&1; echo "check deepseek-v3 w4a8 rc $?"; grep -c PASS $R/check-deepseek-v3-w4a8.txt
+    grep FAIL $R/check-deepseek-v3-w4a8.txt | head; tail -1 $R/check-deepseek-v3-w4a8.txt
+    pack
+  fi
+  if [ $part = Q ]; then
+    timeout -k 5 150 python3 -m moegen check --model qwen3-30b-a3b --activations fp8 --tokens 0,1,2,3,16,64,300,1024,4100 \
+      > $R/check-qwen3-w4a8.txt 2>&1; echo "check qwen3 w4a8 rc $?"; grep FAIL $R/check-qwen3-w4a8.txt | head
+    tail -1 $R/check-qwen3-w4a8.txt
+    pack
+    for o in a b; do
+      if [ $o = a ]; then A=""; C="w4a8=generated/qwen3-30b-a3b-w4a8/sm90"; else A="--activations fp8"; C="w4a16=generated/qwen3-30b-a3b/sm90"; fi
+      timeout -k 5 170 python3 -m moegen bench --model qwen3-30b-a3b $A --compare $C \
+        --tokens 1,4,16,64,256,1024,4096,16384 --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-qwen3-$o.json \
+        2>/dev/null | cut -d'|' -f2-6
+      pack
+    done
   fi
   if [ $part = U ]; then
     for m in qwen3-30b-a3b deepseek-v3; do

@@ -14,7 +14,7 @@ import torch
 
 from .gpu_monitor import GpuMonitor, PowerState, Window
 from .runtime import MoeLayer
-from .testing import Inputs, Weights, random_inputs, random_weights, reference_output, relative_l2
+from .testing import Inputs, Weights, random_inputs, random_weights, reference_output, relative_l2, tolerance
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,8 @@ class LayerProfiler:
     """`moegen tune`'s profiler: (tokens, gemm1, gemm2) -> Timing of the whole layer by graph replay.
 
     Each config is first run once with poisoned outputs and checked against the float64 reference
-    (computed once per token count); a config that fails to launch or to verify raises, which the
+    (computed once per token count), within moegen.testing.tolerance for its activation format and
+    row count unless `tolerance` overrides it; a config that fails to launch or to verify raises, which the
     tuner scores as infinity with the message as the reason.  Per bucket the GPU is first warmed
     with the heuristic pair's graphs (warm_seconds); each candidate's graphs then replay untimed for
     settle_seconds (its capture and verification idled the GPU, which boosts above the power-capped
@@ -131,7 +132,7 @@ class LayerProfiler:
     """
 
     def __init__(self, layer: MoeLayer, rotations: int = 4, reps: int = 6, min_seconds: float = 0.1,
-                 warm_seconds: float = 1.0, settle_seconds: float = 0.25, seed: int = 0, tolerance: float = 2e-2):
+                 warm_seconds: float = 1.0, settle_seconds: float = 0.25, seed: int = 0, tolerance: float | None = None):
         self.layer, self.rotations, self.reps, self.seed, self.tolerance = layer, rotations, reps, seed, tolerance
         self.min_seconds, self.warm_seconds, self.settle_seconds = min_seconds, warm_seconds, settle_seconds
         self.weights = random_weights(layer.spec, "cuda", seed, layer.weight_layout)
@@ -160,8 +161,11 @@ class LayerProfiler:
         if torch.isnan(res.out).any():
             raise RuntimeError("verification failed: NaN in the output")
         err = relative_l2(res.out, self.ref)
-        if err > self.tolerance:
-            raise RuntimeError(f"verification failed: relative L2 error {err:.2e} > {self.tolerance}")
+        fmt = self.layer.manifest.activation_format
+        bound = self.tolerance if self.tolerance is not None else tolerance(fmt, tokens)
+        if err > bound:
+            raise RuntimeError(f"verification failed: relative L2 error {err:.2e} > {bound:.2e} ({fmt} activations, "
+                               f"{tokens} rows)")
         graphs = [capture(self.layer, w, x, (gemm1, gemm2), timing_pool()) for x in self.inputs]
         warm_up(graphs, self.settle_seconds)
         return replay_back_to_back(graphs, self.reps, self.min_seconds, self.monitor)

@@ -215,3 +215,12 @@ def test_the_kernels_table_widening_of_prepared_atoms_is_the_fold(gate_up):
     assert fp8.fold_report(scales)["inexact"] > 0
     assert torch.equal(got[:, :N, :K], want)
     assert torch.all(got[:, :, K:] == 0)
+
+
+def test_w4a8_tolerance_widens_below_16_rows_only():
+    from moegen.testing import TOLERANCE, tolerance
+    assert tolerance("fp8", 16) == tolerance("fp8", 4096) == TOLERANCE["fp8"]
+    assert tolerance("fp8", 1) == pytest.approx(4 * TOLERANCE["fp8"])
+    assert tolerance("fp8", 4) == pytest.approx(2 * TOLERANCE["fp8"])
+    assert [tolerance("fp8", r) for r in range(1, 17)] == sorted((tolerance("fp8", r) for r in range(1, 17)), reverse=True)
+    assert tolerance("bf16", 1) == TOLERANCE["bf16"] and tolerance("mxfp8", 1) == TOLERANCE["mxfp8"]

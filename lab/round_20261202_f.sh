@@ -11,6 +11,8 @@
 #   S: lab/diag_w4a8_sensitivity.py on DeepSeek-V3 (the fp8 reference's own sensitivity per token);
 #   V: DeepSeek-V3's W4A8 tune again (the tolerance now by row count), `moegen check` of its shortlist;
 #   Q: Qwen3-30B-A3B's default W4A8 build checked, benched against its W4A16 build in both orders;
+#   W: DeepSeek-V3's default W4A8 build checked, benched against its W4A16 build in both orders;
+#   G: the W4A8 GPU tests (the bound by row count);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
@@ -82,6 +84,25 @@ for part in "${@:2}"; do
         2>/dev/null | cut -d'|' -f2-6
       pack
     done
+  fi
+  if [ $part = W ]; then
+    timeout -k 5 150 python3 -m moegen check --model deepseek-v3 --activations fp8 --tokens 0,1,2,3,16,64,300,1024,4100 \
+      > $R/check-deepseek-v3-w4a8-default.txt 2>&1; echo "check deepseek-v3 w4a8 default rc $?"
+    grep FAIL $R/check-deepseek-v3-w4a8-default.txt | head -5; tail -1 $R/check-deepseek-v3-w4a8-default.txt
+    pack
+    for o in a b; do
+      if [ $o = a ]; then A=""; C="w4a8=generated/deepseek-v3-w4a8/sm90"; else A="--activations fp8"; C="w4a16=generated/deepseek-v3/sm90"; fi
+      timeout -k 5 200 python3 -m moegen bench --model deepseek-v3 $A --compare $C \
+        --tokens 1,4,16,64,256,1024,4096,16384 --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-dsv3-$o.json \
+        2>/dev/null | cut -d'|' -f2-6
+      pack
+    done
+  fi
+  if [ $part = G ]; then
+    timeout -k 5 200 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -s -p no:cacheprovider > $R/pytest-w4a8.log 2>&1
+    grep -E "seed|passed|failed|FAILED|Error" $R/pytest-w4a8.log | tail -6
+    grep -E "rel L2" $R/pytest-w4a8.log > $R/w4a8-errors.txt
+    pack
   fi
   if [ $part = U ]; then
     for m in qwen3-30b-a3b deepseek-v3; do

@@ -16,7 +16,8 @@ DEPLOYED = [(m, {}) for m in known_models()] + [
     ("deepseek-v3", dict(ep_size=8, ep_rank=0)), ("deepseek-v4-flash", dict(ep_size=8, ep_rank=0)),
     # W4A8, each tuned on its shortlist
     ("deepseek-v4-flash", dict(activations="fp8")), ("gpt-oss-120b", dict(activations="fp8")),
-    ("gpt-oss-20b", dict(activations="fp8")),
+    ("gpt-oss-20b", dict(activations="fp8")), ("qwen3-30b-a3b", dict(activations="fp8")),
+    ("deepseek-v3", dict(activations="fp8")),
 ]
 
 
@@ -45,7 +46,8 @@ def test_every_deployed_problem_has_an_h200_table(model, split):
         for gemm in ("gemm1", "gemm2"):
             c = parse_kernel_name(b[gemm])
             assert sm90.rejection_reason(c, shapes[gemm]) is None, f"{path}: T={b['tokens']} {b[gemm]}"
-            assert b["us"] > 0
+            # null: compaction's pair was never timed as a pair (moegen.tune.compact)
+            assert b["us"] is None or b["us"] > 0
     # The default build is the table's picks (plus the fallback where the table stops short).
     names = {k.name for k in default_kernels(spec, "sm90")}
     assert {b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")} <= names

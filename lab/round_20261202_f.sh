@@ -12,6 +12,8 @@
 #   V: DeepSeek-V3's W4A8 tune again (the tolerance now by row count), `moegen check` of its shortlist;
 #   Q: Qwen3-30B-A3B's default W4A8 build checked, benched against its W4A16 build in both orders;
 #   W: DeepSeek-V3's default W4A8 build checked, benched against its W4A16 build in both orders;
+#   E: lab/diag_w4a8_small_t.py --small 2 (T = 2 measured 1.0-1.2e-2 in the GPU tests on five of seven
+#      variants, T = 1 and 3 at 2-6e-3) on gpt-oss-20b, DeepSeek-V4-Flash and Qwen3-30B-A3B W4A8;
 #   G: the W4A8 GPU tests (the bound by row count);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
@@ -97,6 +99,13 @@ for part in "${@:2}"; do
         2>/dev/null | cut -d'|' -f2-6
       pack
     done
+  fi
+  if [ $part = E ]; then
+    for m in gpt-oss-20b deepseek-v4-flash qwen3-30b-a3b; do
+      timeout -k 5 120 python3 lab/diag_w4a8_small_t.py generated/$m-w4a8/sm90 $m --small 2 2>&1 | grep -v Warn \
+        | tee $R/diag2-$m.txt
+    done
+    pack
   fi
   if [ $part = G ]; then
     timeout -k 5 200 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -s -p no:cacheprovider > $R/pytest-w4a8.log 2>&1

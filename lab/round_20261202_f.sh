@@ -15,6 +15,9 @@
 #   E: lab/diag_w4a8_small_t.py --small 2 (T = 2 measured 1.0-1.2e-2 in the GPU tests on five of seven
 #      variants, T = 1 and 3 at 2-6e-3) on gpt-oss-20b, DeepSeek-V4-Flash and Qwen3-30B-A3B W4A8;
 #   G: the W4A8 GPU tests (the bound by row count);
+#   R: the five BF16 tables tuned before 61b8390 (DeepSeek-V4-Flash and V3 --ep-size 8, gpt-oss-120b --tp 2,
+#      gpt-oss-20b and its --tp 2) retuned at T = 1024, 4096, 16384 on their shortlists (added to the
+#      shipped tables, copies in $OUT);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
@@ -112,6 +115,17 @@ for part in "${@:2}"; do
     grep -E "seed|passed|failed|FAILED|Error" $R/pytest-w4a8.log | tail -6
     grep -E "rel L2" $R/pytest-w4a8.log > $R/w4a8-errors.txt
     pack
+  fi
+  if [ $part = R ]; then
+    for a in "deepseek-v4-flash --ep-size 8 --ep-rank 0" "deepseek-v3 --ep-size 8 --ep-rank 0" "gpt-oss-120b --tp 2" \
+             "gpt-oss-20b" "gpt-oss-20b --tp 2"; do
+      n=$(echo $a | tr ' ' '_')
+      timeout -k 5 110 python3 -m moegen tune --model $a --kernels shortlist --no-build --buckets 1024,4096,16384 \
+        --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 --table-root configs/dispatch > $R/retune-$n.log 2>&1
+      echo "retune $a rc $?"; grep -E "^\[|timings|adding|replacing" $R/retune-$n.log | tail -5
+      mkdir -p $R/tables && cp configs/dispatch/sm90/nvidia-h200-132sm/*.json $R/tables/
+      pack
+    done
   fi
   if [ $part = U ]; then
     for m in qwen3-30b-a3b deepseek-v3; do

@@ -122,7 +122,7 @@ for part in "${@:2}"; do
     for a in "deepseek-v4-flash --ep-size 8 --ep-rank 0" "deepseek-v3 --ep-size 8 --ep-rank 0" "gpt-oss-120b --tp 2" \
              "gpt-oss-20b" "gpt-oss-20b --tp 2"; do
       n=$(echo $a | tr ' ' '_')
-      timeout -k 5 110 python3 -m moegen tune --model $a --kernels shortlist --no-build --buckets 1024,4096,16384 \
+      timeout -k 5 75 python3 -m moegen tune --model $a --kernels shortlist --no-build --buckets 1024,4096,16384 \
         --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 --table-root configs/dispatch > $R/retune-$n.log 2>&1
       echo "retune $a rc $?"; grep -E "^\[|timings|adding|replacing" $R/retune-$n.log | tail -5
       mkdir -p $R/tables && cp configs/dispatch/sm90/nvidia-h200-132sm/*.json $R/tables/

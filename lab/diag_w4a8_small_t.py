@@ -19,6 +19,9 @@ def main() -> None:
     ap.add_argument("--per-expert", action="store_true",
                     help="T = 1 only: each routed expert alone (experts-only entry point, one-hot weights) against "
                          "its float64 output, and where its h row's largest elements sit on the e4m3 grid")
+    ap.add_argument("--exact-hidden", action="store_true",
+                    help="with --per-expert: each token's row replaced by its e4m3 values times a power of two, "
+                         "which the kernel's and the reference's quantizers both reproduce exactly")
     args = ap.parse_args()
     from moegen.runtime import load
     from moegen.spec import load_model
@@ -30,7 +33,7 @@ def main() -> None:
     k = layer.choose_kernels(args.small)
     n = args.small
     if args.per_expert:
-        per_expert(layer, spec, w, [int(x) for x in args.seeds.split(",")])
+        per_expert(layer, spec, w, [int(x) for x in args.seeds.split(",")], args.exact_hidden)
         return
     for seed in (int(s) for s in args.seeds.split(",")):
         xs = random_inputs(spec, n, "cuda", 100 * n + seed)  # the tuner's T = n inputs for rotation `seed`
@@ -50,7 +53,7 @@ def main() -> None:
               f"ids equal {ids_same}, bits equal per row {same}; hidden amax per row {amax}", flush=True)
 
 
-def per_expert(layer, spec, w, seeds) -> None:
+def per_expert(layer, spec, w, seeds, exact_hidden: bool = False) -> None:
     from moegen import reference
     from moegen.fp8 import quantize_per_token
     from moegen.testing import random_inputs, relative_l2
@@ -58,6 +61,10 @@ def per_expert(layer, spec, w, seeds) -> None:
     I = spec.local_intermediate
     for seed in seeds:
         x = random_inputs(spec, 1, "cuda", 100 + seed)
+        if exact_hidden:  # q * 2^k is exact in bf16; its amax is 448 * 2^k, so its scale is 2^k exactly
+            q, scale = quantize_per_token(x.hidden)
+            k = torch.round(torch.log2(scale)).unsqueeze(-1)
+            x = type(x)((q.float() * torch.exp2(k)).to(torch.bfloat16), x.logits, x.score_bias)
         ids = reference.route(spec, x.logits, x.score_bias).ids.to(torch.int32)
         from moegen.fp8 import round_trip_per_token
         xq = round_trip_per_token(x.hidden).double()

@@ -19,7 +19,7 @@
 #      gpt-oss-20b and its --tp 2) retuned at T = 1024, 4096, 16384 on their shortlists (added to the
 #      shipped tables, copies in $OUT);
 #   X: DeepSeek-V3 W4A8 at T = 1 expert by expert (diag_w4a8_small_t.py --per-expert: which expert
-#      carries seed 0's 2.8e-2, and where its h row's largest element sits on the e4m3 grid);
+#      carries seed 0's 2.8e-2), then with hidden rows both quantizers reproduce exactly (not yet run);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
@@ -132,6 +132,8 @@ for part in "${@:2}"; do
   if [ $part = X ]; then
     timeout -k 5 100 python3 lab/diag_w4a8_small_t.py generated/deepseek-v3-w4a8/sm90 deepseek-v3 --per-expert \
       --seeds 0,4,1,3 2>&1 | grep -v Warn | tee $R/diag-per-expert.txt
+    timeout -k 5 100 python3 lab/diag_w4a8_small_t.py generated/deepseek-v3-w4a8/sm90 deepseek-v3 --per-expert \
+      --exact-hidden --seeds 0,4 2>&1 | grep -v Warn | tee $R/diag-per-expert-exact-hidden.txt
     pack
   fi
   if [ $part = U ]; then

@@ -83,7 +83,7 @@ def test_quantizer_matches_python_bit_for_bit(harness, k):
 E4M3_SPLITS = [(0, 37, 0), (1, 1, 1), (1, 2, 2), (1, 5, 5), (1, 16, 16), (1, 32, 0), (2, 37, 0)]
 
 
-@pytest.mark.parametrize("k", [768, 2880, 4096])
+@pytest.mark.parametrize("k", [768, 1440, 2048, 2880, 4096, 7168])  # every shipped H and I
 @pytest.mark.parametrize("mode,rows,first_warp", E4M3_SPLITS)
 def test_e4m3_row_quantizers_match_python_bit_for_bit(harness, k, mode, rows, first_warp):
     print(f"seed {SEED}")
@@ -105,4 +105,7 @@ def test_e4m3_row_quantizers_match_python_bit_for_bit(harness, k, mode, rows, fi
     want_q, want_s = quantize_per_token(x[:live])
     assert torch.equal(q[:live].cpu(), want_q.view(torch.uint8))
     assert torch.equal(scale[:live].cpu(), want_s)
+    # The GPU tests, `moegen check` and the tuner run the reference's quantizer on CUDA tensors.
+    cuda_q, cuda_s = quantize_per_token(xd[:live])
+    assert torch.equal(cuda_q.cpu().view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(cuda_s.cpu(), want_s)
     assert bool((q[live:] == 0xAA).all()) and bool(scale[live:].isnan().all()), "rows past live_rows were written"

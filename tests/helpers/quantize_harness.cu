@@ -64,9 +64,13 @@ extern "C" int moegen_test_quantize_e4m3(const void* x, int rows, int k, const i
                                          int first_warp, uint8_t* q, float* scale) {
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   switch (k) {
+    // every shipped model's hidden and intermediate sizes (and their --tp 2 halves)
     case 768: return quantize_e4m3<768>(xb, rows, live_rows, mode, first_warp, q, scale);
+    case 1440: return quantize_e4m3<1440>(xb, rows, live_rows, mode, first_warp, q, scale);
+    case 2048: return quantize_e4m3<2048>(xb, rows, live_rows, mode, first_warp, q, scale);
     case 2880: return quantize_e4m3<2880>(xb, rows, live_rows, mode, first_warp, q, scale);
     case 4096: return quantize_e4m3<4096>(xb, rows, live_rows, mode, first_warp, q, scale);
+    case 7168: return quantize_e4m3<7168>(xb, rows, live_rows, mode, first_warp, q, scale);
     default: return -1;
   }
 }

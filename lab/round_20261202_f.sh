@@ -20,6 +20,8 @@
 #      shipped tables, copies in $OUT);
 #   X: DeepSeek-V3 W4A8 at T = 1 expert by expert (diag_w4a8_small_t.py --per-expert: which expert
 #      carries seed 0's 2.8e-2), then with hidden rows both quantizers reproduce exactly (not yet run);
+#   N (not yet run; for the next session): the quantizer GPU test at every shipped size, part X's
+#      --exact-hidden run, and `moegen check` of the five retuned default builds (built here, carried);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...
@@ -134,6 +136,19 @@ for part in "${@:2}"; do
       --seeds 0,4,1,3 2>&1 | grep -v Warn | tee $R/diag-per-expert.txt
     timeout -k 5 100 python3 lab/diag_w4a8_small_t.py generated/deepseek-v3-w4a8/sm90 deepseek-v3 --per-expert \
       --exact-hidden --seeds 0,4 2>&1 | grep -v Warn | tee $R/diag-per-expert-exact-hidden.txt
+    pack
+  fi
+  if [ $part = N ]; then
+    timeout -k 5 120 python3 -m pytest -m gpu tests/test_quantize_gpu.py -q -s -p no:cacheprovider > $R/pytest-quantize.log 2>&1
+    grep -E "seed|passed|failed|FAILED|Error" $R/pytest-quantize.log | tail -4
+    timeout -k 5 100 python3 lab/diag_w4a8_small_t.py generated/deepseek-v3-w4a8/sm90 deepseek-v3 --per-expert \
+      --exact-hidden --seeds 0,4 2>&1 | grep -v Warn | tee $R/diag-per-expert-exact-hidden.txt
+    for a in "deepseek-v4-flash --ep-size 8 --ep-rank 0" "deepseek-v3 --ep-size 8 --ep-rank 0" "gpt-oss-120b --tp 2" \
+             "gpt-oss-20b" "gpt-oss-20b --tp 2"; do
+      n=$(echo $a | tr ' ' '_')
+      timeout -k 5 100 python3 -m moegen check --model $a --tokens 0,1,3,64,1024,4100 > $R/check-$n.txt 2>&1
+      echo "check $a rc $?: $(tail -1 $R/check-$n.txt)"
+    done
     pack
   fi
   if [ $part = U ]; then

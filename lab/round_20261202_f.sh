@@ -21,7 +21,7 @@
 #   X: DeepSeek-V3 W4A8 at T = 1 expert by expert (diag_w4a8_small_t.py --per-expert: which expert
 #      carries seed 0's 2.8e-2), then with hidden rows both quantizers reproduce exactly (not yet run);
 #   N (not yet run; for the next session): the quantizer GPU test at every shipped size, part X's
-#      --exact-hidden run, and `moegen check` of the five retuned default builds (built here, carried);
+#      --exact-hidden run, and `moegen check` of the five retuned splits (their shortlist builds, which hold the new picks; carried);
 #   U: W4A8 tunes of Qwen3-30B-A3B and DeepSeek-V3 on their shortlists (DeepSeek-V4-Flash W4A8's
 #      settings), tables into configs/dispatch (copies in $OUT).
 # Results in $OUT/results.tgz.     bash lab/round_20261202_f.sh OUT T|C|U ...

@@ -205,14 +205,20 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
     from .build import output_dir
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
-    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
-    layers = {"default": load(output_dir(spec, arch, out_root), spec=spec)}
+    compared: dict[str, Path] = {}
     for item in compare:
         label, sep, path = item.partition("=")
         if not sep or not label or not path:
             raise click.BadParameter(f"{item!r}: expected LABEL=DIR", param_hint="--compare")
+        if label == "default" or label in compared:  # a repeated label would replace a library's rows
+            raise click.BadParameter(f"{item!r}: label {label!r} is taken (the build under --out is 'default'); "
+                                     "expected a label of its own per library", param_hint="--compare")
+        compared[label] = Path(path)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
+    layers = {"default": load(output_dir(spec, arch, out_root), spec=spec)}
+    for label, path in compared.items():
         # the same model and split; its activations (W4A16 or W4A8) may differ
-        layers[label] = load(Path(path), spec=spec.with_activations(_manifest_activations(Path(path))))
+        layers[label] = load(path, spec=spec.with_activations(_manifest_activations(path)))
     ceilings = measure_ceilings()
     click.echo(f"measured ceilings: {ceilings.read_tbs:.2f} TB/s read, {ceilings.bf16_tflops:.0f} bf16 TFLOP/s")
     rows = bench_layers(layers, token_list, ceilings, reps=reps, rounds=rounds, settle_seconds=settle_seconds,

@@ -193,6 +193,13 @@ def test_bench_bad_tokens(runner, tmp_path):
     one_line_error(result, "--tokens")
 
 
+@pytest.mark.parametrize("compare", [["default=x"], ["a=x", "a=y"], ["a"]])
+def test_bench_compare_labels_are_distinct(runner, tmp_path, compare):
+    args = [a for c in compare for a in ("--compare", c)]
+    result = runner.invoke(cli.main, ["bench", "--model", "qwen3-30b-a3b", "--tokens", "1", "--out", str(tmp_path), *args])
+    one_line_error(result, "--compare")
+
+
 def test_clean_on_an_empty_root(runner, tmp_path):
     result = runner.invoke(cli.main, ["clean", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

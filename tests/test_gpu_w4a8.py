@@ -26,8 +26,8 @@ TOKENS = (0, 1, 2, 3, 9, 33, 255, 1024, 4096)  # 2 | 3: one-block | many-block r
 # row's error is a handful of flipped `h` elements: FP8 wgmma adds its products at reduced precision,
 # about 2e-4 relative on GEMM1 with each K tile's partial sums promoted to fp32, and re-quantizing `h`
 # to e4m3 turns that into whole e4m3 steps on the few elements it moves across a rounding boundary).
-# Measured 1.7e-3 - 8.0e-3 over every shipped model (H200, 2026-12-02, T <= 2 pooled; median 4.8e-3;
-# 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
+# Measured 1.8e-3 - 1.2e-2 over every shipped model (H200, 2026-12-02, e55a49c, T <= 2 pooled; median
+# 5.3e-3; 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
 # Up to SMALL_T tokens the error is pooled over SMALL_T_DRAWS fresh draws, each a poisoned call of its
 # own, and bounded for the rows pooled.
 SMALL_T = 2
@@ -47,7 +47,8 @@ def check(variant, T, skew=False, kernels=None, seed_offset=0):
     layer, w = _layer(variant)
     spec = layer.spec
     squares = {"fp8": [0.0, 0.0], "exact": [0.0, 0.0]}  # per reference: sum |out - ref|^2, sum |ref|^2
-    for draw in range(SMALL_T_DRAWS if 0 < T <= SMALL_T else 1):
+    draws = SMALL_T_DRAWS if 0 < T <= SMALL_T else 1
+    for draw in range(draws):
         x = random_inputs(spec, T, "cuda", _SEED + 1000 * T + seed_offset + 7 * skew + 100003 * draw, skew=skew)
         res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
         torch.cuda.synchronize()
@@ -60,10 +61,10 @@ def check(variant, T, skew=False, kernels=None, seed_offset=0):
             squares[name][0] += (res.out.double() - ref).square().sum().item()
             squares[name][1] += ref.square().sum().item()
     err, exact = ((d / r) ** 0.5 if r > 0 else d ** 0.5 for d, r in squares.values())
-    pooled = f" (pooled over {SMALL_T_DRAWS} draws)" if T <= SMALL_T else ""
+    pooled = f" (pooled over {draws} draws)" if draws > 1 else ""
     print(f"{variant} T={T} skew={skew} kernels={kernels}: rel L2 {err:.2e} against the fp8 reference, "
           f"{exact:.2e} against the exact layer{pooled}")
-    bound = tolerance("fp8", T * (SMALL_T_DRAWS if T <= SMALL_T else 1))
+    bound = tolerance("fp8", T * draws)
     assert err <= bound, f"{variant} T={T}: relative L2 error {err:.3e} > {bound:.3e}"
     assert exact <= EXACT_BOUND, f"{variant} T={T}: {exact:.3e} against the exact layer"
 

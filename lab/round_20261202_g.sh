@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Round g (2026-12-02, sixth session).  Built here before the call (default builds unless named):
+# DeepSeek-V3 W4A8, the five retuned splits (DeepSeek-V4-Flash and V3 --ep-size 8 --ep-rank 0,
+# gpt-oss-120b --tp 2, gpt-oss-20b and its --tp 2), gpt-oss-20b W4A8.
+#   N: the quantizer GPU test at every shipped size; DeepSeek-V3's T = 1 token per expert, as drawn
+#      and with its hidden row replaced by e4m3 values times a power of two (both quantizers exact);
+#      `moegen check` of the five retuned splits;
+#   B: gpt-oss-20b W4A8 checked, then benched against its W4A16 build in both orders.
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B ...
+set -uo pipefail
+OUT=$1
+R=/tmp/round_g; mkdir -p $R
+pack() { tar czf "$OUT/results.tgz" -C $R . ; }
+for part in "${@:2}"; do
+  if [ $part = N ]; then
+    timeout -k 5 120 python3 -m pytest -m gpu tests/test_quantize_gpu.py -q -s -p no:cacheprovider > $R/pytest-quantize.log 2>&1
+    grep -E "seed|passed|failed|FAILED|Error" $R/pytest-quantize.log | tail -4
+    for flag in "" --exact-hidden; do
+      timeout -k 5 100 python3 lab/diag_w4a8_small_t.py generated/deepseek-v3-w4a8/sm90 deepseek-v3 --per-expert \
+        $flag --seeds 0,4 2>&1 | grep -v Warn | tee $R/diag-per-expert$flag.txt
+    done
+    pack
+    for a in "deepseek-v4-flash --ep-size 8 --ep-rank 0" "deepseek-v3 --ep-size 8 --ep-rank 0" "gpt-oss-120b --tp 2" \
+             "gpt-oss-20b" "gpt-oss-20b --tp 2"; do
+      n=$(echo $a | tr ' ' '_')
+      timeout -k 5 100 python3 -m moegen check --model $a --tokens 0,1,3,64,1024,4100 > $R/check-$n.txt 2>&1
+      echo "check $a rc $?: $(tail -1 $R/check-$n.txt)"; grep FAIL $R/check-$n.txt | head -3
+    done
+    pack
+  fi
+  if [ $part = B ]; then
+    timeout -k 5 120 python3 -m moegen check --model gpt-oss-20b --activations fp8 --tokens 0,1,2,3,16,64,300,1024,4100 \
+      > $R/check-gpt-oss-20b-w4a8.txt 2>&1; echo "check gpt-oss-20b w4a8 rc $?: $(tail -1 $R/check-gpt-oss-20b-w4a8.txt)"
+    grep FAIL $R/check-gpt-oss-20b-w4a8.txt | head -5
+    pack
+    for o in a b; do
+      if [ $o = a ]; then A=""; C="w4a8=generated/gpt-oss-20b-w4a8/sm90"; else A="--activations fp8"; C="w4a16=generated/gpt-oss-20b/sm90"; fi
+      timeout -k 5 200 python3 -m moegen bench --model gpt-oss-20b $A --compare $C \
+        --tokens 1,4,16,64,256,1024,4096,16384 --reps 6 --rounds 2 --warm-seconds 2 --json $R/bench-oss20b-$o.json \
+        2>/dev/null | cut -d'|' -f2-6
+      pack
+    done
+  fi
+done

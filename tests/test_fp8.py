@@ -92,6 +92,17 @@ def test_per_token_rows_round_within_e4m3_precision():
     assert torch.all(rt[4] == 0)
 
 
+def test_a_row_whose_scale_is_exact_rounds_its_ties_to_even():
+    # amax 10.5 (1.3125 * 2^3): the scale 10.5 / 448 = 1.5 * 2^-6 is exact, so bf16 elements land on
+    # e4m3 ties.  torch's CUDA division by a Python number (a multiplication by 1/448) made it one ulp
+    # larger, and 76 * scale then rounded down to 72 instead of to even 80.
+    scale = 1.5 * 2 ** -6
+    x = torch.tensor([[10.5, 76 * scale, 68 * scale, -76 * scale]], dtype=torch.bfloat16)
+    q, got_scale = fp8.quantize_per_token(x)
+    assert float(got_scale[0]) == scale
+    assert q.to(torch.float32).tolist() == [[448.0, 80.0, 64.0, -80.0]]
+
+
 def test_reference_fp8_mode_quantizes_both_activations():
     spec = load_model("qwen3-30b-a3b").with_parallel(ep_size=16, ep_rank=0)  # 8 local experts
     g = torch.Generator().manual_seed(2)

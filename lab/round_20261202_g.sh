@@ -5,8 +5,11 @@
 #   N: the quantizer GPU test at every shipped size; DeepSeek-V3's T = 1 token per expert, as drawn
 #      and with its hidden row replaced by e4m3 values times a power of two (both quantizers exact);
 #      `moegen check` of the five retuned splits;
-#   B: gpt-oss-20b W4A8 checked, then benched against its W4A16 build in both orders.
-# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B ...
+#   B: gpt-oss-20b W4A8 checked, then benched against its W4A16 build in both orders;
+#   A: after 1392fc0 (the reference's per-token scale by IEEE division on CUDA): the quantizer test,
+#      DeepSeek-V3's T = 1 tokens over 20 draws (and gpt-oss-20b's), per expert for draws 0 and 4, the
+#      W4A8 GPU tests (their libraries carried, generated/_gputest), `moegen check` of DeepSeek-V3 W4A8.
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_g; mkdir -p $R
@@ -40,5 +43,24 @@ for part in "${@:2}"; do
         2>/dev/null | cut -d'|' -f2-6
       pack
     done
+  fi
+  if [ $part = A ]; then
+    timeout -k 5 120 python3 -m pytest -m gpu tests/test_quantize_gpu.py -q -s -p no:cacheprovider > $R/pytest-quantize-a.log 2>&1
+    grep -E "passed|failed" $R/pytest-quantize-a.log | tail -1
+    seeds=$(seq -s, 0 19)
+    for m in deepseek-v3 gpt-oss-20b; do
+      timeout -k 5 150 python3 lab/diag_w4a8_small_t.py generated/$m-w4a8/sm90 $m --seeds $seeds 2>&1 | grep -v Warn \
+        > $R/diag-t1-$m.txt; echo "diag $m rc $?"; cut -c1-60 $R/diag-t1-$m.txt | head -20
+    done
+    timeout -k 5 100 python3 lab/diag_w4a8_small_t.py generated/deepseek-v3-w4a8/sm90 deepseek-v3 --per-expert \
+      --seeds 0,4 2>&1 | grep -v Warn | tee $R/diag-per-expert-a.txt
+    pack
+    timeout -k 5 240 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -s -p no:cacheprovider > $R/pytest-w4a8.log 2>&1
+    grep -E "seed|passed|failed|FAILED|Error" $R/pytest-w4a8.log | tail -4
+    grep -E "rel L2" $R/pytest-w4a8.log > $R/w4a8-errors.txt
+    pack
+    timeout -k 5 120 python3 -m moegen check --model deepseek-v3 --activations fp8 --tokens 0,1,2,3,16,64,300,1024,4100 \
+      > $R/check-deepseek-v3-w4a8.txt 2>&1; echo "check deepseek-v3 w4a8 rc $?: $(tail -1 $R/check-deepseek-v3-w4a8.txt)"
+    pack
   fi
 done

@@ -1,7 +1,8 @@
 """W4A8 at T = 1 or 2 (one-block routing, which quantizes the hidden rows itself) against the same tokens
 inside T = 5 (many-block routing, quantizer blocks of their own): the two must agree bit for bit, and
 each against the float64 reference of the same quantization.  Diagnoses `moegen tune`'s T = 1
-verification failure on DeepSeek-V3 W4A8 (2.81e-2 > 2e-2, every GEMM1 candidate, seed 0).
+verification failure on DeepSeek-V3 W4A8 (2.81e-2 > 2e-2, every GEMM1 candidate, seed 0): the
+reference's scale on CUDA, fixed in 1392fc0 (1.92e-3 since).
 
   python3 lab/diag_w4a8_small_t.py BUILD_DIR MODEL [--seeds 0,1,2,3] [--small 2]
 """

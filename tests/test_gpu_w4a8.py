@@ -22,12 +22,12 @@ from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, every_kernel_pai
 from moegen.testing import random_inputs, random_weights, reference_output, tolerance  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 9, 33, 255, 1024, 4096)  # 2 | 3: one-block | many-block routing
-# Against the fp8 reference: moegen.testing.tolerance (1.5e-2; wider below 16 output rows, where one
+# Against the fp8 reference: moegen.testing.tolerance (1e-2; wider below 16 output rows, where one
 # row's error is a handful of flipped `h` elements: FP8 wgmma adds its products at reduced precision,
 # about 2e-4 relative on GEMM1 with each K tile's partial sums promoted to fp32, and re-quantizing `h`
 # to e4m3 turns that into whole e4m3 steps on the few elements it moves across a rounding boundary).
-# Measured 1.8e-3 - 1.2e-2 over every shipped model (H200, 2026-12-02, e55a49c, T <= 2 pooled; median
-# 5.3e-3; 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
+# Measured 1.9e-3 - 5.4e-3 over every shipped model (H200, 2026-12-02, 6cc4fac, T <= 2 pooled; median
+# 3.6e-3; 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
 # Up to SMALL_T tokens the error is pooled over SMALL_T_DRAWS fresh draws, each a poisoned call of its
 # own, and bounded for the rows pooled.
 SMALL_T = 2

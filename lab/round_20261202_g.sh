@@ -9,7 +9,11 @@
 #   A: after 1392fc0 (the reference's per-token scale by IEEE division on CUDA): the quantizer test,
 #      DeepSeek-V3's T = 1 tokens over 20 draws (and gpt-oss-20b's), per expert for draws 0 and 4, the
 #      W4A8 GPU tests (their libraries carried, generated/_gputest), `moegen check` of DeepSeek-V3 W4A8.
-# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A ...
+#   Q: W4A8 GEMM2 quantizing its own rows at small T (lab/experiments/gemm2_quantizes_h.patch on 6cc4fac, built
+#      into generated/_exp/q2): bit for bit against the default builds (DeepSeek-V4-Flash and Qwen3,
+#      at the shipped threshold and with it forced at every T), then benched against them (and W4A16)
+#      in both orders at T = 1-8, and at T = 16 and 64 with the threshold raised.
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_g; mkdir -p $R
@@ -61,6 +65,31 @@ for part in "${@:2}"; do
     pack
     timeout -k 5 120 python3 -m moegen check --model deepseek-v3 --activations fp8 --tokens 0,1,2,3,16,64,300,1024,4100 \
       > $R/check-deepseek-v3-w4a8.txt 2>&1; echo "check deepseek-v3 w4a8 rc $?: $(tail -1 $R/check-deepseek-v3-w4a8.txt)"
+    pack
+  fi
+  if [ $part = Q ]; then
+    for m in deepseek-v4-flash qwen3-30b-a3b; do
+      timeout -k 5 100 python3 lab/bitwise_ab.py generated/$m-w4a8/sm90 generated/_exp/q2/$m-w4a8/sm90 $m \
+        --activations fp8 --tokens 1,2,3,4,5,8,37 > $R/bitwise-q2-$m.txt 2>&1
+      echo "bitwise $m rc $?: $(tail -1 $R/bitwise-q2-$m.txt)"; grep -m3 DIFF $R/bitwise-q2-$m.txt
+      MOEGEN_GEMM2_QUANTIZES_MAX_ROWS=1000000 timeout -k 5 100 python3 lab/bitwise_ab.py generated/$m-w4a8/sm90 \
+        generated/_exp/q2/$m-w4a8/sm90 $m --activations fp8 --tokens 1,37,300,2048 > $R/bitwise-q2-all-$m.txt 2>&1
+      echo "bitwise (every T) $m rc $?: $(tail -1 $R/bitwise-q2-all-$m.txt)"; grep -m3 DIFF $R/bitwise-q2-all-$m.txt
+    done
+    pack
+    for m in deepseek-v4-flash qwen3-30b-a3b; do
+      w16=""; [ -f generated/$m/sm90/manifest.json ] && w16="--compare w4a16=generated/$m/sm90"
+      timeout -k 5 150 python3 -m moegen bench --model $m --activations fp8 --compare q2=generated/_exp/q2/$m-w4a8/sm90 \
+        $w16 --tokens 1,2,4,8 --reps 10 --rounds 4 --warm-seconds 2 --json $R/bench-q2-$m-a.json 2>/dev/null | cut -d'|' -f2-6
+      pack
+      timeout -k 5 150 python3 -m moegen bench --model $m --activations fp8 --out generated/_exp/q2 \
+        --compare head=generated/$m-w4a8/sm90 $w16 --tokens 1,2,4,8 --reps 10 --rounds 4 --warm-seconds 2 \
+        --json $R/bench-q2-$m-b.json 2>/dev/null | cut -d'|' -f2-6
+      pack
+    done
+    MOEGEN_GEMM2_QUANTIZES_MAX_ROWS=1000000 timeout -k 5 150 python3 -m moegen bench --model deepseek-v4-flash \
+      --activations fp8 --compare q2=generated/_exp/q2/deepseek-v4-flash-w4a8/sm90 --tokens 16,64 --reps 10 --rounds 4 \
+      --warm-seconds 1 --json $R/bench-q2-forced.json 2>/dev/null | cut -d'|' -f2-6
     pack
   fi
 done

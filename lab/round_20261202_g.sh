@@ -13,7 +13,11 @@
 #      into generated/_exp/q2): bit for bit against the default builds (DeepSeek-V4-Flash and Qwen3,
 #      at the shipped threshold and with it forced at every T), then benched against them (and W4A16)
 #      in both orders at T = 1-8, and at T = 16 and 64 with the threshold raised.
-# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q ...
+#   P: W4A8 GEMM2 with the persistent tile loop (kPersistent for fp8 too, Qwen3-30B-A3B's 6 K tiles:
+#      m128n128k128s6, 168 registers, no spill; built into generated/_exp/p with a user table picking
+#      it from T = 1024): `moegen check` (grid forced persistent), then benched against the default
+#      build (m128n128k128s4, one CTA per tile) in both orders, and once with the grid forced to tiles.
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_g; mkdir -p $R
@@ -90,6 +94,23 @@ for part in "${@:2}"; do
     MOEGEN_GEMM2_QUANTIZES_MAX_ROWS=1000000 timeout -k 5 150 python3 -m moegen bench --model deepseek-v4-flash \
       --activations fp8 --compare q2=generated/_exp/q2/deepseek-v4-flash-w4a8/sm90 --tokens 16,64 --reps 10 --rounds 4 \
       --warm-seconds 1 --json $R/bench-q2-forced.json 2>/dev/null | cut -d'|' -f2-6
+    pack
+  fi
+  if [ $part = P ]; then
+    MOEGEN_GRID=persistent timeout -k 5 120 python3 -m moegen check --model qwen3-30b-a3b --activations fp8 \
+      --out generated/_exp/p --tokens 0,1,3,64,1024,4100 > $R/check-p.txt 2>&1
+    echo "check p rc $?: $(tail -1 $R/check-p.txt)"; grep FAIL $R/check-p.txt | head -3
+    pack
+    P=generated/_exp/p/qwen3-30b-a3b-w4a8/sm90 H=generated/qwen3-30b-a3b-w4a8/sm90
+    timeout -k 5 150 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --compare p=$P \
+      --tokens 1024,4096,16384 --reps 10 --rounds 4 --warm-seconds 3 --json $R/bench-p-a.json 2>/dev/null | cut -d'|' -f2-6
+    pack
+    timeout -k 5 150 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --out generated/_exp/p \
+      --compare head=$H --tokens 1024,4096,16384 --reps 10 --rounds 4 --warm-seconds 3 --json $R/bench-p-b.json \
+      2>/dev/null | cut -d'|' -f2-6
+    pack
+    MOEGEN_GRID=tiles timeout -k 5 150 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --compare p_tiles=$P \
+      --tokens 1024,4096,16384 --reps 10 --rounds 4 --warm-seconds 3 --json $R/bench-p-tiles.json 2>/dev/null | cut -d'|' -f2-6
     pack
   fi
 done

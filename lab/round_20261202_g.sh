@@ -17,7 +17,11 @@
 #      m128n128k128s6, 168 registers, no spill; built into generated/_exp/p with a user table picking
 #      it from T = 1024): `moegen check` (grid forced persistent), then benched against the default
 #      build (m128n128k128s4, one CTA per tile) in both orders, and once with the grid forced to tiles.
-# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P ...
+#   S: with the W4A8 tile loop up to 6 K tiles (uncommitted here): Qwen3-30B-A3B W4A8 retuned at T = 256
+#      and from 1024 over 8 candidates (built here, 16 cores), its default build from the new table
+#      checked, sass-audited, benched against the previous default build (carried as generated/_head)
+#      in both orders, and the Qwen3 W4A8 GPU tests.
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P|S ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_g; mkdir -p $R
@@ -111,6 +115,36 @@ for part in "${@:2}"; do
     pack
     MOEGEN_GRID=tiles timeout -k 5 150 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --compare p_tiles=$P \
       --tokens 1024,4096,16384 --reps 10 --rounds 4 --warm-seconds 3 --json $R/bench-p-tiles.json 2>/dev/null | cut -d'|' -f2-6
+    pack
+  fi
+  if [ $part = S ]; then
+    k=moegen_sm90_gemm1_m64n32k128s4_fp8,moegen_sm90_gemm1_m128n128k128s4_fp8
+    for g in m64n32k128s4 m64n32k128s6 m128n32k128s6 m128n64k128s6 m128n128k128s4 m128n128k128s6; do
+      k=$k,moegen_sm90_gemm2_${g}_fp8
+    done
+    timeout -k 5 200 python3 -m moegen tune --model qwen3-30b-a3b --activations fp8 --kernels $k -j 16 \
+      --buckets 256,1024,4096,16384 --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 \
+      --table-root configs/dispatch > $R/tune-s.log 2>&1
+    echo "tune rc $?"; grep -E "^\[|timings|replacing|adding" $R/tune-s.log | tail -6
+    cp configs/dispatch/sm90/nvidia-h200-132sm/e128-l128-k8-h2048-i768-fp8.json $R/
+    pack
+    timeout -k 5 120 python3 -m moegen build --arch sm90 --model qwen3-30b-a3b --activations fp8 -j 16 > $R/build-s.log 2>&1
+    echo "build rc $?"; tail -1 $R/build-s.log
+    timeout -k 5 60 python3 -m moegen sass --model qwen3-30b-a3b --activations fp8 > $R/sass-s.txt 2>&1
+    echo "sass rc $?: $(tail -1 $R/sass-s.txt)"
+    timeout -k 5 100 python3 -m moegen check --model qwen3-30b-a3b --activations fp8 --tokens 0,1,3,64,300,1024,4100 \
+      > $R/check-s.txt 2>&1; echo "check rc $?: $(tail -1 $R/check-s.txt)"
+    pack
+    H=generated/_head/qwen3-30b-a3b-w4a8/sm90
+    timeout -k 5 150 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --compare head=$H \
+      --tokens 256,1024,4096,16384 --reps 10 --rounds 4 --warm-seconds 3 --json $R/bench-s-a.json 2>/dev/null | cut -d'|' -f2-6
+    pack
+    timeout -k 5 150 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --out generated/_head \
+      --compare new=generated/qwen3-30b-a3b-w4a8/sm90 --tokens 256,1024,4096,16384 --reps 10 --rounds 4 \
+      --warm-seconds 3 --json $R/bench-s-b.json 2>/dev/null | cut -d'|' -f2-6
+    pack
+    timeout -k 5 200 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -k qwen3 -q -s -p no:cacheprovider > $R/pytest-s.log 2>&1
+    grep -E "seed|passed|failed|FAILED|Error" $R/pytest-s.log | tail -4
     pack
   fi
 done

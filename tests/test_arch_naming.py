@@ -343,14 +343,18 @@ def test_persistent_tile_loop_mirrors_the_template():
     header = Path(__file__).parents[1] / "templates" / "include" / "moegen" / "sm90" / "grouped_gemm.cuh"
     m = re.search(r"kPersistentMaxKTiles = (\d+);", header.read_text())
     assert m and int(m.group(1)) == cs.PERSISTENT_MAX_K_TILES
+    m = re.search(r"kPersistentMaxKTilesFp8 = (\d+);", header.read_text())
+    assert m and int(m.group(1)) == cs.PERSISTENT_MAX_K_TILES_FP8
     qwen3 = gemm_shapes(load_model("qwen3-30b-a3b"))["gemm2"]  # K = 768
     assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s6"), qwen3)  # 12 tiles
     assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k128s6"), qwen3)  # 6 tiles
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), qwen3)  # 12 % 8
     dsv4 = gemm_shapes(load_model("deepseek-v4-flash"))["gemm2"]  # K = 2048: 32 tiles of 64
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), dsv4)
-    # W4A8 kernels never loop over tiles (the template's kPersistent is false for them too)
-    assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k128s6_fp8"), qwen3)
+    # W4A8 loops over tiles up to 6 K tiles: Qwen3's GEMM2 (6 of 128), not gpt-oss-20b --tp 2's (12)
+    assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m128n128k128s6_fp8"), qwen3)
+    oss_tp2 = gemm_shapes(load_model("gpt-oss-20b").with_parallel(tp_size=2))["gemm2"]
+    assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m128n128k128s4_fp8"), oss_tp2)
 
 
 # --- W4A8 (e4m3 activations) --------------------------------------------------------------------------

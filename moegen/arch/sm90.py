@@ -115,6 +115,7 @@ SERIALIZED_WGMMA_TILES = {(64, 16, 128): 98, (64, 32, 64): 74}
 #    m128n64k64, m256n64k64, m256n128k64) but not all (m64n8k64s6, m64n8k128s6, m128n128k64s4).  The
 #    loop stays there: it was 3-9 % faster from T = 1024 than one CTA per tile (H200, Qwen3-30B-A3B).
 PERSISTENT_MAX_K_TILES = 12
+PERSISTENT_MAX_K_TILES_FP8 = 6  # W4A8: at 12 K tiles ptxas spilled the promotion's accumulators in the loop
 
 
 def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
@@ -122,10 +123,9 @@ def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
 
 
 def persistent_tile_loop(c: KernelConfig, shape: GemmShape) -> bool:
-    """Whether the kernel has the persistent grid's tile loop (the template's kPersistent; never for
-    W4A8, whose second accumulator set spilled in it)."""
+    """Whether the kernel has the persistent grid's tile loop (the template's kPersistent)."""
     tiles = k_tiles(c, shape)
-    return not c.fp8 and tiles % c.stages == 0 and tiles <= PERSISTENT_MAX_K_TILES
+    return tiles % c.stages == 0 and tiles <= (PERSISTENT_MAX_K_TILES_FP8 if c.fp8 else PERSISTENT_MAX_K_TILES)
 
 
 def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str | None:
@@ -192,7 +192,9 @@ FALLBACK = {
 # K that 128 does not divide (gpt-oss: 2880), and one neighbour each way in N.
 SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), (64, 16, 64, 4), (64, 16, 64, 6),
              (64, 32, 128, 4), (64, 32, 64, 4), (128, 32, 64, 6), (128, 64, 64, 6), (128, 128, 64, 4),
-             (256, 64, 64, 6), (256, 128, 64, 6))
+             (256, 64, 64, 6), (256, 128, 64, 6),
+             # W4A8 only (BF16's ring would not fit): the persistent tile for 6-K-tile GEMM2s (Qwen3-30B-A3B)
+             (128, 128, 128, 6))
 
 SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", compute_capability=(9, 0),
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,

@@ -21,7 +21,8 @@
 #      and from 1024 over 8 candidates (built here, 16 cores), its default build from the new table
 #      checked, sass-audited, benched against the previous default build (carried as generated/_head)
 #      in both orders, and the Qwen3 W4A8 GPU tests.
-# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P|S ...
+#   G: the W4A8 GPU tests and the quantizer test at e09cf2c's templates (every W4A8 variant, carried).
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P|S|G ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_g; mkdir -p $R
@@ -145,6 +146,13 @@ for part in "${@:2}"; do
     pack
     timeout -k 5 200 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -k qwen3 -q -s -p no:cacheprovider > $R/pytest-s.log 2>&1
     grep -E "seed|passed|failed|FAILED|Error" $R/pytest-s.log | tail -4
+    pack
+  fi
+  if [ $part = G ]; then
+    timeout -k 5 240 python3 -m pytest -m gpu tests/test_gpu_w4a8.py tests/test_quantize_gpu.py -q -s -p no:cacheprovider \
+      > $R/pytest-g.log 2>&1
+    grep -E "seed|passed|failed|FAILED|Error" $R/pytest-g.log | tail -4
+    grep -E "rel L2" $R/pytest-g.log > $R/w4a8-errors-g.txt
     pack
   fi
 done

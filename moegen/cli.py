@@ -132,7 +132,8 @@ def list_models() -> None:
 @_with_split
 @click.option("--buckets", default=",".join(str(b) for b in (1 << i for i in range(15))), show_default=True,
               help="comma-separated token-count buckets; a table of this GPU and problem already under the "
-                   "table root keeps the buckets not listed (a tune resumed or extended)")
+                   "table root keeps the buckets not listed (a tune resumed or extended; under OUT/dispatch "
+                   "only if this library has its picks, under --table-root always)")
 @click.option("--kernels", default="all", show_default=True,
               help="the candidates: 'all', 'shortlist' (a quicker tune), 'default' or kernel names")
 @click.option("--no-build", is_flag=True, help="tune the library already built (default: build the candidates first)")

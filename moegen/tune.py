@@ -247,16 +247,20 @@ def merge_tables(older: dict, newer: dict) -> dict:
     return merged
 
 
-def resumable_table(path: Path, kernel_names: list[str]) -> tuple[dict | None, str]:
-    """The user table a tune of the same GPU and problem adds its buckets to, or None and why not:
-    its picks must all be kernels of the library being tuned.  Its timings of other kernels are
-    dropped, so the merge and the compaction pick only kernels this library has."""
+def resumable_table(path: Path, kernel_names: list[str], contribution: bool = False) -> tuple[dict | None, str]:
+    """The table a tune of the same GPU and problem adds its buckets to, or None and why not.  A user
+    table serves the library being tuned: its picks must all be that library's kernels, and its timings
+    of other kernels are dropped, so the merge and the compaction pick only kernels it has.  A
+    contribution (`--table-root`, e.g. configs/dispatch) is kept whole: the default build compiles
+    whatever it picks, so its other buckets keep their kernels."""
     if not path.is_file():
         return None, ""
     try:
         table = read_table(path)
     except DispatchError as e:
         return None, f"replacing it: {e}"
+    if contribution:
+        return table, f"adding the tuned buckets to {path} (its other buckets keep their picks)"
     missing = sorted({b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")} - set(kernel_names))
     if missing:
         return None, f"replacing {path}: it picks {missing[0]}, which this library does not have"
@@ -302,7 +306,7 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     # A table of this GPU and problem already there (a tune of other buckets, or one cut short) keeps
     # the buckets this tune does not time.
     previous, note = resumable_table(table_path(root, arch, layer.gpu, ProblemKey.of(spec)),
-                                     [k.name for k in layer.kernels])
+                                     [k.name for k in layer.kernels], contribution=table_root is not None)
     if note:
         log(note)
 

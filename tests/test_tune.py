@@ -288,7 +288,7 @@ def test_merged_tunes_pick_as_one_tune_over_all_buckets():
     assert dispatch.is_partial(tune.merge_tables(first, again))  # the cut-short tune holds the largest bucket
 
 
-def test_a_tune_resumes_a_table_only_when_the_library_has_its_picks(tmp_path):
+def test_a_tune_resumes_a_user_table_that_picks_its_kernels_and_a_contribution_whole(tmp_path):
     table, _, _ = _table(buckets=(1, 16))
     path = tune.save_table(tmp_path, table)
     found, note = tune.resumable_table(path, NAMES)
@@ -302,6 +302,11 @@ def test_a_tune_resumes_a_table_only_when_the_library_has_its_picks(tmp_path):
             for g in ("gemm1", "gemm2")} <= set(fewer)
     found, note = tune.resumable_table(path, [n for n in NAMES if n not in picks])
     assert found is None and "does not have" in note
+    # a contribution (--table-root) keeps its other buckets' picks and timings whatever this library has
+    found, note = tune.resumable_table(path, [n for n in NAMES if n not in picks], contribution=True)
+    assert found == json.loads(path.read_text()) and "keep their picks" in note
+    merged = tune.merge_tables(found, _table(buckets=(256,))[0])
+    assert [b for b in merged["buckets"] if b["tokens"] != 256] == [b for b in table["buckets"] if b["tokens"] != 256]
     path.write_text("{")
     found, note = tune.resumable_table(path, NAMES)
     assert found is None and "not valid JSON" in note

@@ -81,8 +81,8 @@ def reference_output(spec: ModelSpec, w: Weights, x: Inputs, ids: torch.Tensor,
 # the same quantization then exact arithmetic (GEMM1's bf16 output rounding moves some SwiGLU values across
 # an e4m3 rounding step: 1.2-1.5e-2 simulated on the CPU); W4A8 (SM90, fp8) 1e-2 against its own
 # reference: FP8 wgmma's reduced-precision accumulation moves a few `h` elements across an e4m3 rounding
-# step (H200, every shipped model, two runs: 1.9e-3 - 8.5e-3, at most 5.0e-3 from 16 rows).  A layout, scale or synchronization
-# error is O(1).
+# step (H200, every shipped model, two runs: 1.9e-3 - 8.5e-3, at most 5.0e-3 from 16 rows).  A layout,
+# scale or synchronization error is O(1).
 TOLERANCE = {"bf16": 1e-2, "mxfp8": 3e-2, "fp8": 1e-2}
 # W4A8 below this many output rows: a row's error is a handful of flipped `h` elements, each a whole e4m3
 # step, and the largest elements of a SwiGLU row hold 15-40 % of its norm, so one row's error is

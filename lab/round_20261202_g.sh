@@ -22,7 +22,10 @@
 #      checked, sass-audited, benched against the previous default build (carried as generated/_head)
 #      in both orders, and the Qwen3 W4A8 GPU tests.
 #   G: the W4A8 GPU tests and the quantizer test at e09cf2c's templates (every W4A8 variant, carried).
-# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P|S|G ...
+#   T: DeepSeek-V3 W4A8's T = 1 bucket retuned over its decode candidates into configs/dispatch (the
+#      shipped pair was compacted and never timed), the other buckets kept by tune itself (dabcba2);
+#      the default build from the new table checked at small T.
+# Results in $OUT/results.tgz.     bash lab/round_20261202_g.sh OUT N|B|A|Q|P|S|G|T ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_g; mkdir -p $R
@@ -153,6 +156,22 @@ for part in "${@:2}"; do
       > $R/pytest-g.log 2>&1
     grep -E "seed|passed|failed|FAILED|Error" $R/pytest-g.log | tail -4
     grep -E "rel L2" $R/pytest-g.log > $R/w4a8-errors-g.txt
+    pack
+  fi
+  if [ $part = T ]; then
+    k=""
+    for g in gemm1_m64n8k128s4 gemm1_m64n8k128s6 gemm1_m64n8k128s8 gemm2_m64n8k128s4 gemm2_m64n8k128s6 gemm2_m64n8k128s8; do
+      k=$k${k:+,}moegen_sm90_${g}_fp8
+    done
+    timeout -k 5 150 python3 -m moegen tune --model deepseek-v3 --activations fp8 --kernels $k -j 16 --buckets 1 \
+      --rotations 2 --reps 3 --min-seconds 0.03 --warm-seconds 0.5 --table-root configs/dispatch > $R/tune-t.log 2>&1
+    echo "tune rc $?"; grep -E "^\[|timings|replacing|adding" $R/tune-t.log | tail -4
+    cp configs/dispatch/sm90/nvidia-h200-132sm/e256-l256-k8-h7168-i2048-fp8.json $R/
+    pack
+    timeout -k 5 100 python3 -m moegen build --arch sm90 --model deepseek-v3 --activations fp8 -j 16 > $R/build-t.log 2>&1
+    echo "build rc $?"
+    timeout -k 5 60 python3 -m moegen check --model deepseek-v3 --activations fp8 --tokens 0,1,3 > $R/check-t.txt 2>&1
+    echo "check rc $?: $(tail -1 $R/check-t.txt)"
     pack
   fi
 done

@@ -11,12 +11,14 @@
 #   B: DeepSeek-V4-Flash and Qwen3-30B-A3B, W4A8 against W4A16, both orders, switch on and off, T = 1-8;
 #      the CUDA-graph timeline at T = 1 and 4, on and off.
 #   (X, V and B ran on the first version, whose producer converted one K tile after the copies and
-#   lost: GEMM2 waited out each copy's latency.  T did not run: X had spent the call.)
+#   lost.  T did not run: X had spent the call.)
 #   W: the second version (lag Stages / 2, each iteration converting before its own slot's wait),
 #      built here: bit for bit on against off, `moegen check`, then B, then I.
 #   I: the W4A8 batch-invariance GPU test on DeepSeek-V4-Flash (its test library built here).
 # Outcome: both versions gave the same bits and lost at every T (docs/benchmarks.md, "Gathers and
-# latencies"); the change is lab/experiments/gemm2_quantizes_on_load.patch, main keeps the quantizer kernel.
+# latencies": the producer's proxy fence is a MEMBAR.ALL.CTA, most likely waiting on its own copies);
+# the second version is lab/experiments/gemm2_quantizes_on_load.patch, and main keeps the quantizer
+# kernel.  gemm2_quantizes_on_load_converter_warp.patch, not yet run, moves the fence to a warp of its own.
 # Results in $OUT/results.tgz.     bash lab/round_20261202_h.sh OUT X|V|T|B|W|I ...
 set -uo pipefail
 OUT=$1

@@ -11,6 +11,19 @@ import sys
 import torch
 
 
+def load_spec(model: str, activations: str | None):
+    from moegen.spec import load_model
+    spec = load_model(model)
+    return spec.with_activations(activations) if activations else spec
+
+
+def kernel_pairs(names: list[str]) -> list[tuple[str, str]]:
+    """Every kernel once: each GEMM1 with the first GEMM2, each other GEMM2 with the first GEMM1."""
+    g1 = [n for n in names if "gemm1" in n]
+    g2 = [n for n in names if "gemm2" in n]
+    return [(n, g2[0]) for n in g1] + [(g1[0], n) for n in g2[1:]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("a")
@@ -21,12 +34,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from moegen.runtime import load
-    from moegen.spec import load_model
     from moegen.testing import random_inputs, random_weights
 
-    spec = load_model(args.model)
-    if args.activations:
-        spec = spec.with_activations(args.activations)
+    spec = load_spec(args.model, args.activations)
     la, lb = load(args.a, spec=spec), load(args.b, spec=spec)
     na, nb = [k.name for k in la.kernels], [k.name for k in lb.kernels]
     seed = random.SystemRandom().randrange(2**31)
@@ -36,10 +46,7 @@ def main() -> int:
     for t in (int(x) for x in args.tokens.split(",")):
         for skew in (False, True):
             x = random_inputs(spec, t, "cuda", seed + 7 * t + skew, skew=skew)
-            g1 = [n for n in na if "gemm1" in n and n in nb]
-            g2 = [n for n in na if "gemm2" in n and n in nb]
-            # every kernel once: each GEMM1 with the first GEMM2, each other GEMM2 with the first GEMM1
-            for n1, n2 in [(n, g2[0]) for n in g1] + [(g1[0], n) for n in g2[1:]]:
+            for n1, n2 in kernel_pairs([n for n in na if n in nb]):
                 ya = la(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(na.index(n1), na.index(n2)), poison=True)
                 yb = lb(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(nb.index(n1), nb.index(n2)), poison=True)
                 same = torch.equal(ya.out, yb.out) and not torch.isnan(ya.out.float()).any()

@@ -1,6 +1,6 @@
-"""One build under two settings of an environment switch, bit for bit: every kernel pair of the build
-(as lab/bitwise_ab.py) run in a child process per setting, on the same weights and inputs (plain and
-skewed routing), outputs compared with torch.equal.  For a switch read once per process (e.g.
+"""One build under two settings of an environment switch, bit for bit: every kernel of the build
+(lab/bitwise_ab.py's kernel_pairs) run in a child process per setting, on the same weights and
+inputs (plain and skewed routing), outputs compared with torch.equal.  For a switch read once per process (e.g.
 MOEGEN_QUANTIZE_ON_LOAD_MAX_ROWS, MOEGEN_GRID) whose two paths must give the same bits.
 
   python3 lab/bitwise_switch.py BUILD MODEL VAR=A VAR=B [--activations fp8] [--tokens 1,3,37]
@@ -14,27 +14,25 @@ import tempfile
 
 import torch
 
+from bitwise_ab import kernel_pairs, load_spec
+
 
 def run(args, seed: int, path: str) -> None:
     from moegen.runtime import load
-    from moegen.spec import load_model
     from moegen.testing import random_inputs, random_weights
 
-    spec = load_model(args.model)
-    if args.activations:
-        spec = spec.with_activations(args.activations)
+    spec = load_spec(args.model, args.activations)
     layer = load(args.build, spec=spec)
     names = [k.name for k in layer.kernels]
-    g1 = [i for i, n in enumerate(names) if "gemm1" in n]
-    g2 = [i for i, n in enumerate(names) if "gemm2" in n]
     w = random_weights(spec, "cuda", seed, layout=layer.weight_layout)
     outs = {}
     for t in (int(x) for x in args.tokens.split(",")):
         for skew in (False, True):
             x = random_inputs(spec, t, "cuda", seed + 7 * t + skew, skew=skew)
-            for k1, k2 in [(k, g2[0]) for k in g1] + [(g1[0], k) for k in g2[1:]]:
-                y = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(k1, k2), poison=True)
-                outs[(t, skew, names[k1], names[k2])] = y.out.cpu()
+            for n1, n2 in kernel_pairs(names):
+                y = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(names.index(n1), names.index(n2)),
+                          poison=True)
+                outs[(t, skew, n1, n2)] = y.out.cpu()
     torch.save(outs, path)
 
 

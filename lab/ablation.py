@@ -12,6 +12,7 @@ only their times mean anything.
   stream     no widening, no wgmma, no promotion: what is left is the producer's streaming (weights
              and token rows), the barriers and the epilogue
   notokens   the producer copies no token rows
+  persistent32  W4A8 only: the persistent grid's tile loop up to 32 K tiles (not an ablation)
 Variants combine with '+': nowiden+nopromote.
 
 Two phases, so that the builds run here and only the timing needs the GPU:
@@ -56,6 +57,16 @@ TOKENS = "if (row_src[i]) cp_async_16("
 NO_TOKENS = "if (row_src[i] && t.expert < 0) cp_async_16("
 VARIANTS = {"base": [], "nowiden": [(WIDEN_BF16, NO_WIDEN_BF16), (WIDEN_FP8, NO_WIDEN_FP8)],
             "nomma": [(MMA, NO_MMA)], "nopromote": [(PROMOTE, NO_PROMOTE)], "notokens": [(TOKENS, NO_TOKENS)]}
+# W4A8 kernels keep the persistent grid's tile loop up to 32 K tiles (DeepSeek-V4-Flash's GEMM1), not 6.
+PERSISTENT_FP8 = "static constexpr int kPersistentMaxKTilesFp8 = 6;"
+VARIANTS["persistent32"] = [(PERSISTENT_FP8, PERSISTENT_FP8.replace("= 6", "= 32"))]
+# threadIdx opaque per tile in the consumer, so that ptxas cannot hoist the shared-memory addresses of
+# every N-width instantiation of the mainloop out of the tile loop (persistent32 spilled 460-492 B).
+TID = "const int tid = threadIdx.x;\n  const int wg = tid / 128;"
+VARIANTS["opaquetid"] = [(TID, 'int tid = threadIdx.x;\n  asm volatile("" : "+r"(tid));\n  const int wg = tid / 128;')]
+# Every tile runs the full-width mainloop (one instantiation instead of up to four).
+DISPATCH = "consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t,"
+VARIANTS["onewidth"] = [(DISPATCH, "consume_dispatch<G, Epilogue, 64>(p, ss, 64, t,")]
 VARIANTS["stream"] = VARIANTS["nowiden"] + VARIANTS["nomma"] + ([(PROMOTE, "(void)part[r];")])
 
 

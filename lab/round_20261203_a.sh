@@ -13,8 +13,12 @@
 #      promotion-only variant fixed (.carry/abl8, .carry/abl16).
 #   S: W4A8 m128n128k128 with 6 and 8 stages at T = 4096 and 16384 (.carry/ablS6, ablS8: base and
 #      stream), beside A2's s4 libraries (.carry/abl8) in the same run.
+#   P: W4A8 m128n128k128s4 with the persistent grid's tile loop at 32 K tiles (.carry/ablP:
+#      persistent32, which spills 460-492 B, and persistent32+stream), beside .carry/abl8.
+#   R: persistent32+onewidth (.carry/ablR: every tile runs the full-width mainloop, which removes the
+#      spill): `moegen check`, then timed with the persistent grid and with one CTA per tile, beside abl8.
 #   L: lab/experiments/l2_gather_bench.cu: what the SMs read from L2 by 16-byte cp.async row gathers.
-# Results in $OUT/results.tgz.     bash lab/round_20261203_a.sh OUT V|B|I|A|A2|S|L ...
+# Results in $OUT/results.tgz.     bash lab/round_20261203_a.sh OUT V|B|I|A|A2|S|P|R|L ...
 set -uo pipefail
 OUT=$1
 R=/tmp/round_20261203_a; mkdir -p $R
@@ -77,6 +81,26 @@ for part in "${@:2}"; do
         > $R/ablation-$a-s.txt; echo "ablation $a rc $?"; grep -E "^==|span|gemm" $R/ablation-$a-s.txt
       pack
     done
+  fi
+  if [ $part = P ]; then  # W4A8 m128n128k128s4 with the persistent tile loop at 32 K tiles (.carry/ablP), beside abl8
+    for a in ablP abl8; do
+      timeout -k 5 200 python3 lab/ablation.py time .carry/$a 2>&1 | grep -v Warning | grep -v "return MoeLayer\|_warn_once" \
+        > $R/ablation-$a-p.txt; echo "ablation $a rc $?"; grep -E "^==|span|gemm" $R/ablation-$a-p.txt
+      pack
+    done
+  fi
+  if [ $part = R ]; then  # persistent32+onewidth (.carry/ablR): no spill; its grid persistent and one CTA per tile
+    timeout -k 5 150 python3 -m moegen check --model deepseek-v4-flash --activations fp8 \
+      --out ".carry/ablR/persistent32+onewidth/generated" --tokens 0,5,700,4100 > $R/check-ablR.txt 2>&1
+    echo "check ablR rc $?: $(tail -1 $R/check-ablR.txt)"
+    for grid in persistent tiles; do
+      MOEGEN_GRID=$grid timeout -k 5 100 python3 lab/ablation.py time .carry/ablR 2>&1 | grep -v Warning | \
+        grep -v "return MoeLayer\|_warn_once" > $R/ablation-ablR-$grid.txt; echo "ablR $grid rc $?"
+      grep -E "^==|span|gemm" $R/ablation-ablR-$grid.txt
+    done
+    timeout -k 5 200 python3 lab/ablation.py time .carry/abl8 2>&1 | grep -v Warning | grep -v "return MoeLayer\|_warn_once" \
+      > $R/ablation-abl8-r.txt; echo "abl8 rc $?"; grep -E "^==|span|gemm" $R/ablation-abl8-r.txt | head -8
+    pack
   fi
   if [ $part = L ]; then
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a lab/experiments/l2_gather_bench.cu -o /tmp/l2g && \

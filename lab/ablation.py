@@ -12,7 +12,10 @@ only their times mean anything.
   stream     no widening, no wgmma, no promotion: what is left is the producer's streaming (weights
              and token rows), the barriers and the epilogue
   notokens   the producer copies no token rows
-  persistent32  W4A8 only: the persistent grid's tile loop up to 32 K tiles (not an ablation)
+Not ablations, experiments in the same harness:
+  persistent32  W4A8: the persistent grid's tile loop up to 32 K tiles (the template stops at 6)
+  onewidth   every tile runs the full-width mainloop (one instantiation instead of up to four)
+  opaquetid  the consumer's thread index opaque per tile (no hoisting out of the tile loop)
 Variants combine with '+': nowiden+nopromote.
 
 Two phases, so that the builds run here and only the timing needs the GPU:
@@ -30,7 +33,6 @@ import json
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -104,22 +104,24 @@ def build(tree: Path, model: str, activations: str, names: list[str], jobs: int,
 
 
 def build_dir(work: Path, variant: str, plan: dict) -> Path:
-    suffix = "-w4a8" if plan["activations"] == "fp8" else ""
-    return work / variant / "generated" / f"{plan['model']}{suffix}" / "sm90"
+    return work / variant / "generated" / plan["build_variant"] / "sm90"
 
 
 def cmd_build(args) -> None:
     picks = {int(t): tuple(pair.split(",")) for t, pair in (p.split(":") for p in args.pick)}
     if not picks:
         sys.exit("--pick T:gemm1_tile,gemm2_tile is required (e.g. 16384:m128n128k128s4,m128n128k128s4)")
-    fp8 = "_fp8" if args.activations == "fp8" else ""
-    names = sorted({f"moegen_sm90_gemm{i + 1}_{k}{fp8}" for pair in picks.values() for i, k in enumerate(pair)})
+    fp8 = "_fp8" if args.activations == "fp8" else ""  # moegen.naming's suffix for e4m3 activations
+    picks = {t: [f"{tile}{fp8}" for tile in pair] for t, pair in picks.items()}
+    names = sorted({f"moegen_sm90_gemm{i + 1}_{k}" for pair in picks.values() for i, k in enumerate(pair)})
     variants = args.variants.split(",")
     for v in variants:
         variant_edits(v)
     args.work.mkdir(parents=True, exist_ok=True)
-    plan = {"model": args.model, "activations": args.activations, "variants": variants,
-            "picks": {t: list(p) for t, p in picks.items()}}
+    sys.path.insert(0, str(ROOT))
+    from moegen.spec import load_model
+    plan = {"model": args.model, "activations": args.activations, "variants": variants, "picks": picks,
+            "build_variant": load_model(args.model).with_activations(args.activations).variant}
     for v in variants:
         make_tree(args.work / v, variant_edits(v))
     t0 = time.time()
@@ -144,14 +146,12 @@ def cmd_pack(args) -> None:
 
 def cmd_time(args) -> None:
     plan = json.loads((args.work / "plan.json").read_text())
-    fp8 = "_fp8" if plan["activations"] == "fp8" else ""
     tokens = ",".join(plan["picks"])
-    picks = ",".join(f"{t}={g1}{fp8}+{g2}{fp8}" for t, (g1, g2) in plan["picks"].items())
-    variant = plan["model"] + ("-w4a8" if fp8 else "")
+    picks = ",".join(f"{t}={g1}+{g2}" for t, (g1, g2) in plan["picks"].items())
     for v in plan["variants"]:
         out = args.work / f"timeline_{v}.txt"
         with open(out, "w") as f:
-            subprocess.run([sys.executable, str(ROOT / "tools/timeline.py"), variant, tokens,
+            subprocess.run([sys.executable, str(ROOT / "tools/timeline.py"), plan["build_variant"], tokens,
                             str(build_dir(args.work, v, plan)), picks], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
         print(f"== {v}\n" + out.read_text(), flush=True)
 

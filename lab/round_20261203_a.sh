@@ -23,6 +23,12 @@ set -uo pipefail
 OUT=$1
 R=/tmp/round_20261203_a; mkdir -p $R
 pack() { tar czf "$OUT/results.tgz" -C $R . ; }
+# ablate DIR FILE [TIMEOUT]: time the ablation builds packed in .carry/DIR into $R/FILE (runtime warnings
+# about the missing dispatch table dropped: the picks fix the kernels) and print the per-GEMM lines.
+ablate() {
+  timeout -k 5 ${3:-200} python3 lab/ablation.py time .carry/$1 2>&1 | grep -v Warning | \
+    grep -v "return MoeLayer\|_warn_once" > $R/$2; echo "ablation $1 rc $?"; grep -E "^==|span|gemm" $R/$2
+}
 SW=MOEGEN_QUANTIZE_ON_LOAD_MAX_ROWS
 for part in "${@:2}"; do
   if [ $part = V ]; then
@@ -69,37 +75,20 @@ for part in "${@:2}"; do
     pack
   fi
   if [ $part = A2 ]; then  # W4A8 and W4A16, T = 1024, 4096, 16384, the default picks (.carry/abl8, .carry/abl16)
-    for a in abl8 abl16; do
-      timeout -k 5 280 python3 lab/ablation.py time .carry/$a 2>&1 | grep -v Warning | grep -v "return MoeLayer\|_warn_once" \
-        > $R/ablation-$a.txt; echo "ablation $a rc $?"; cat $R/ablation-$a.txt
-      pack
-    done
+    for a in abl8 abl16; do ablate $a ablation-$a.txt 280; pack; done
   fi
   if [ $part = S ]; then  # W4A8 m128n128k128 with 6 and 8 stages (.carry/ablS6, ablS8), full and streaming only
-    for a in ablS6 ablS8 abl8; do
-      timeout -k 5 200 python3 lab/ablation.py time .carry/$a 2>&1 | grep -v Warning | grep -v "return MoeLayer\|_warn_once" \
-        > $R/ablation-$a-s.txt; echo "ablation $a rc $?"; grep -E "^==|span|gemm" $R/ablation-$a-s.txt
-      pack
-    done
+    for a in ablS6 ablS8 abl8; do ablate $a ablation-$a-s.txt; pack; done
   fi
   if [ $part = P ]; then  # W4A8 m128n128k128s4 with the persistent tile loop at 32 K tiles (.carry/ablP), beside abl8
-    for a in ablP abl8; do
-      timeout -k 5 200 python3 lab/ablation.py time .carry/$a 2>&1 | grep -v Warning | grep -v "return MoeLayer\|_warn_once" \
-        > $R/ablation-$a-p.txt; echo "ablation $a rc $?"; grep -E "^==|span|gemm" $R/ablation-$a-p.txt
-      pack
-    done
+    for a in ablP abl8; do ablate $a ablation-$a-p.txt; pack; done
   fi
   if [ $part = R ]; then  # persistent32+onewidth (.carry/ablR): no spill; its grid persistent and one CTA per tile
     timeout -k 5 150 python3 -m moegen check --model deepseek-v4-flash --activations fp8 \
       --out ".carry/ablR/persistent32+onewidth/generated" --tokens 0,5,700,4100 > $R/check-ablR.txt 2>&1
     echo "check ablR rc $?: $(tail -1 $R/check-ablR.txt)"
-    for grid in persistent tiles; do
-      MOEGEN_GRID=$grid timeout -k 5 100 python3 lab/ablation.py time .carry/ablR 2>&1 | grep -v Warning | \
-        grep -v "return MoeLayer\|_warn_once" > $R/ablation-ablR-$grid.txt; echo "ablR $grid rc $?"
-      grep -E "^==|span|gemm" $R/ablation-ablR-$grid.txt
-    done
-    timeout -k 5 200 python3 lab/ablation.py time .carry/abl8 2>&1 | grep -v Warning | grep -v "return MoeLayer\|_warn_once" \
-      > $R/ablation-abl8-r.txt; echo "abl8 rc $?"; grep -E "^==|span|gemm" $R/ablation-abl8-r.txt | head -8
+    for grid in persistent tiles; do MOEGEN_GRID=$grid ablate ablR ablation-ablR-$grid.txt 100; done
+    ablate abl8 ablation-abl8-r.txt
     pack
   fi
   if [ $part = L ]; then

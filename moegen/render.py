@@ -60,7 +60,8 @@ def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
                   epilogue=_EPILOGUE[cfg.gemm], block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k,
                   stages=cfg.stages, **arch.launch_resources(cfg), gemm_n=shape.n, gemm_k=shape.k,
                   gemm_n_padded=n_pad, gemm_k_padded=k_pad, weight_layout=layout.name,
-                  fp8_activations=_cpp_bool(cfg.fp8), activation_type="float_e4m3_t" if cfg.fp8 else "bfloat16_t")
+                  fp8_activations=_cpp_bool(cfg.fp8), activation_type="float_e4m3_t" if cfg.fp8 else "bfloat16_t",
+                  full_width_loop=_cpp_bool(cfg.tile_loop))
 
 
 def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str:

@@ -35,7 +35,7 @@ ROUTING_VARIANTS = {
 }
 VARIANTS.update(ROUTING_VARIANTS)
 # W4A8 (e4m3 activations): every shipped model, an odd K (gpt-oss-20b-tp2: 1440, padded to 1536) and
-# an EP rank, each with its fp8 fallback kernels (tests/test_gpu_w4a8.py).
+# an EP rank, each with its fp8 fallback kernels and its shipped table's picks (tests/test_gpu_w4a8.py).
 W4A8_VARIANTS = {
     "deepseek-v4-flash-w4a8": dict(model="deepseek-v4-flash"),
     "deepseek-v3-w4a8": dict(model="deepseek-v3"),
@@ -59,8 +59,9 @@ def gpu_test_configs(variant: str) -> list[KernelConfig]:
     one or two CTAs per SM, block_k 64 and 128) and the kernels the shipped tables pick, so the tests
     dispatch as a default build does; the fallback kernels for routing-only specs."""
     sm90, spec = get_arch("sm90"), variant_spec(variant)
-    if variant in W4A8_VARIANTS:
-        return get_arch("sm90", "fp8").fallback_configs(spec)
+    if variant in W4A8_VARIANTS:  # the picks: batch invariance then crosses the shipped buckets' kernels
+        picked, _ = table_kernels("sm90", ProblemKey.of(spec))
+        return sorted(set(get_arch("sm90", "fp8").fallback_configs(spec)) | set(picked))
     if variant in ROUTING_VARIANTS:
         return sm90.fallback_configs(spec)
     tiles = os.environ.get("MOEGEN_TEST_KERNELS")

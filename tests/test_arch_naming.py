@@ -45,10 +45,10 @@ def all_specs():
     return specs
 
 
-def raw_space(arch="sm90"):
+def raw_space(policy=cs.SM90):
     for gemm in ("gemm1", "gemm2"):
-        for m, n, k, s in itertools.product(*cs.AXES.values()):
-            yield KernelConfig(arch, gemm, m, n, k, s)
+        for values in itertools.product(*policy.axes.values()):
+            yield policy.config(gemm, **dict(zip(policy.axes, values)))
 
 
 # --- names ------------------------------------------------------------------------------------------------
@@ -72,9 +72,40 @@ def test_candidate_names_unique_and_round_trip(model):
 
 
 def test_names_unique_over_raw_space():
-    configs = list(raw_space())
+    configs = list(raw_space()) + list(raw_space(cs.SM90_FP8))
     assert len({kernel_name(c) for c in configs}) == len(configs)
     assert all(parse_kernel_name(kernel_name(c)) == c for c in configs)
+    assert any(c.tile_loop for c in configs)
+
+
+def test_tile_loop_name():
+    c = cs.SM90_FP8.config("gemm2", 128, 128, 128, 4, tile_loop=True)
+    assert c.name == "moegen_sm90_gemm2_m128n128k128s4_loop_fp8" and parse_kernel_name(c.name) == c
+    with pytest.raises(ValueError, match="expected the form"):
+        parse_kernel_name("moegen_sm90_gemm2_m128n128k128s4_fp8_loop")  # fields out of order
+
+
+def test_full_width_tile_loop_rule():
+    """W4A8 only, 128+ token rows, a K loop of 7-32 tiles filling whole ring passes; the template's
+    kPersistent follows (persistent_tile_loop), and the serialization record names the loop."""
+    fp8, rule = cs.SM90_FP8, cs.RULES[-1][0]
+    k32, k16, k6, k56 = GemmShape(4096, 4096), GemmShape(4096, 2048), GemmShape(2048, 768), GemmShape(4096, 7168)
+    ok = fp8.config("gemm1", 128, 128, 128, 4, tile_loop=True)
+    for shape in (k32, k16):
+        assert fp8.rejection_reason(ok, shape) is None
+        assert cs.persistent_tile_loop(ok, shape)
+        assert not cs.persistent_tile_loop(fp8.config("gemm1", 128, 128, 128, 4), shape)
+    assert fp8.rejection_reason(fp8.config("gemm1", 128, 128, 128, 8, tile_loop=True), k16) is None
+    assert fp8.rejection_reason(fp8.config("gemm1", 128, 128, 128, 6, tile_loop=True), k32) == rule  # 32 % 6
+    assert fp8.rejection_reason(fp8.config("gemm1", 128, 64, 128, 4, tile_loop=True), k32) == rule  # narrow
+    assert fp8.rejection_reason(ok, k6) == rule  # short K loops loop over tiles without it
+    assert fp8.rejection_reason(ok, k56) == rule
+    bf16 = KernelConfig("sm90", "gemm1", 128, 128, 64, 4, tile_loop=True)
+    assert "tile_loop = True is not on the sm90 axis" in rejection_reason(bf16, k32)
+    assert "full-width tile loop" in cs.wgmma_serialization(ok, k32)
+    spec = load_model("deepseek-v4-flash").with_activations("fp8")
+    assert ", true>;" in render.gemm_source(spec, ok)
+    assert ", false>;" in render.gemm_source(spec, fp8.config("gemm1", 128, 128, 128, 4))
 
 
 @pytest.mark.parametrize("bad", [
@@ -139,7 +170,7 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), GemmShape(4096, 256)) == SM90_RULES[2][0]
     fp8 = cs.SM90_FP8
-    assert fp8.rejection_reason(fp8.config("gemm2", 256, 64, 128, 4), k4096) == SM90_RULES[-1][0]
+    assert fp8.rejection_reason(fp8.config("gemm2", 256, 64, 128, 4), k4096) == SM90_RULES[-2][0]
     assert fp8.rejection_reason(fp8.config("gemm1", 256, 64, 128, 4), k4096) is None
 
 
@@ -159,7 +190,7 @@ def test_two_ctas_per_sm_and_the_rendered_register_plan():
         assert (r["min_blocks_per_sm"], r["producer_registers"], r["consumer_registers"]) == plan
         text = render.gemm_source(spec, cfg)
         assert f"TileShape<{cfg.block_m}, {cfg.block_n}, {cfg.block_k}, {cfg.stages}, {plan[0]},\n" in text
-        assert f"{plan[1]}, {plan[2]}>;" in text
+        assert f"{plan[1]}, {plan[2]}, false>;" in text
 
 
 def test_layout_padding():
@@ -282,7 +313,7 @@ def test_sm100_space_and_fallback_for_every_model_and_split(model, split):
 
 
 def test_sm100_rules_are_live():
-    raw = [KernelConfig("sm100", "gemm1", m, n, k, 0) for m, n, k, _ in itertools.product(*b100.AXES.values())]
+    raw = [KernelConfig("sm100", "gemm1", m, n, k, 0) for m, n, k, _, _ in itertools.product(*b100.AXES.values())]
     shape = GemmShape(4096, 4096)
     reasons = {b100.SM100.rejection_reason(c, shape) for c in raw}
     assert {r[0] for r in b100.RULES[1:]} <= reasons  # smem and 2-SM rules fire on the raw space

@@ -30,7 +30,7 @@ class ArchPolicy:
     launch_resources: Callable[[KernelConfig], dict]
     gemm_template: str  # the GEMM kernel's translation unit (templates/)
     launch_params: str  # C parameter list of the `<kernel>_launch` functions the GEMM units export
-    # (block_m, block_n, block_k, stages) worth timing first: `moegen tune --kernels shortlist` times the
+    # (block_m, block_n, block_k, stages[, tile_loop]) worth timing first: `moegen tune --kernels shortlist` times the
     # valid ones, a fraction of the space, for GPUs and problems without a table of their own.
     shortlist: tuple = ()
     # (KernelConfig, its GemmShape or None) -> why ptxas serializes its wgmmas (measured), or None:
@@ -42,8 +42,9 @@ class ArchPolicy:
         """Whether its kernels are the e4m3-activation (W4A8) family (KernelConfig.fp8)."""
         return self.activation_format == "fp8"
 
-    def config(self, gemm: str, block_m: int, block_n: int, block_k: int, stages: int) -> KernelConfig:
-        return KernelConfig(self.name, gemm, block_m, block_n, block_k, stages, fp8=self.fp8)
+    def config(self, gemm: str, block_m: int, block_n: int, block_k: int, stages: int,
+               tile_loop: bool = False) -> KernelConfig:
+        return KernelConfig(self.name, gemm, block_m, block_n, block_k, stages, fp8=self.fp8, tile_loop=tile_loop)
 
     def rejection_reason(self, c: KernelConfig, shape: GemmShape) -> str | None:
         if c.fp8 != self.fp8:
@@ -85,8 +86,8 @@ class ArchPolicy:
     def shortlist_configs(self, spec: ModelSpec) -> list[KernelConfig]:
         out = []
         for gemm, shape in gemm_shapes(spec).items():
-            for m, n, k, s in self.shortlist:
-                c = self.config(gemm, m, n, k, s)
+            for tile in self.shortlist:
+                c = self.config(gemm, *tile)
                 if self.rejection_reason(c, shape) is None:
                     out.append(c)
         return out

@@ -24,7 +24,7 @@ def stage_bytes(c: KernelConfig) -> int:
     return rows_per_cta * c.block_k + c.block_n * c.block_k + (rows_per_cta + c.block_n) * c.block_k // 32
 
 
-AXES = {"block_m": (128, 256), "block_n": (64, 128, 256), "block_k": (128, 256), "stages": (0,)}
+AXES = {"block_m": (128, 256), "block_n": (64, 128, 256), "block_k": (128, 256), "stages": (0,), "tile_loop": (False,)}
 
 RULES: tuple[Rule, ...] = (
     ("block_k beyond the 128-padded K only loads zeros", lambda c, s: c.block_k <= LAYOUT.padded(0, s.k)[1]),

@@ -116,6 +116,13 @@ SERIALIZED_WGMMA_TILES = {(64, 16, 128): 98, (64, 32, 64): 74}
 #    loop stays there: it was 3-9 % faster from T = 1024 than one CTA per tile (H200, Qwen3-30B-A3B).
 PERSISTENT_MAX_K_TILES = 12
 PERSISTENT_MAX_K_TILES_FP8 = 6  # W4A8: at 12 K tiles ptxas spilled the promotion's accumulators in the loop
+# W4A8 kernels may also loop over tiles with a long K loop (the config's tile_loop), every tile at the
+# full wgmma width (the template's kFullWidthLoop): with the narrower widths' instantiations also in
+# the loop, m128n128k128s4 spilled 460-492 B at 32 K tiles.  Measured up to 32 (DeepSeek-V4-Flash's
+# GEMM1); per-tile ring fills and drains made W4A8 stream 28-36 % slower than BF16 at equal bytes, and
+# the loop streamed within 0-16 % of it (H200).
+FULL_WIDTH_LOOP_MAX_K_TILES = 32
+FULL_WIDTH_LOOP_MIN_BLOCK_N = 128  # large-T tiles: an expert's rows then mostly fill them
 
 
 def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
@@ -125,7 +132,14 @@ def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
 def persistent_tile_loop(c: KernelConfig, shape: GemmShape) -> bool:
     """Whether the kernel has the persistent grid's tile loop (the template's kPersistent)."""
     tiles = k_tiles(c, shape)
-    return tiles % c.stages == 0 and tiles <= (PERSISTENT_MAX_K_TILES_FP8 if c.fp8 else PERSISTENT_MAX_K_TILES)
+    return c.tile_loop or (tiles % c.stages == 0 and
+                           tiles <= (PERSISTENT_MAX_K_TILES_FP8 if c.fp8 else PERSISTENT_MAX_K_TILES))
+
+
+def full_width_loop_fits(c: KernelConfig, shape: GemmShape) -> bool:
+    tiles = k_tiles(c, shape)
+    return (c.fp8 and c.block_n >= FULL_WIDTH_LOOP_MIN_BLOCK_N and tiles % c.stages == 0 and
+            PERSISTENT_MAX_K_TILES_FP8 < tiles <= FULL_WIDTH_LOOP_MAX_K_TILES)
 
 
 def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str | None:
@@ -136,6 +150,8 @@ def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str 
         blocks = launch_resources(c)["min_blocks_per_sm"]
         return (f"{blocks} CTAs per SM leave a consumer thread {consumer_register_cap(c)} registers; at "
                 f"{blocks - 1} ptxas keeps two wgmma batches in flight with {unserialized}")
+    if c.tile_loop:
+        return "the persistent grid's full-width tile loop (the config's tile_loop), chosen by the tuner"
     if shape is not None and persistent_tile_loop(c, shape):
         return (f"the persistent grid's tile loop ({k_tiles(c, shape)} K tiles, at most {PERSISTENT_MAX_K_TILES}); "
                 f"kept for short K loops, where it was faster")
@@ -153,7 +169,7 @@ def _n_padded(n: int) -> int:
 AXES = {"block_m": (64, 128, 256), "block_n": (8, 16, 32, 64, 128, 256), "block_k": (64, 128),
         # No 12: the K loop unrolls over the ring (compile-time slots), and 12-deep rings never won a
         # bucket of the H200 tuner (s4-s8 did).
-        "stages": (3, 4, 6, 8)}
+        "stages": (3, 4, 6, 8), "tile_loop": (False,)}
 
 RULES: tuple[Rule, ...] = (
     ("block_k must divide the padded K (64; 128 for fp8): prepared atoms end there",
@@ -176,6 +192,9 @@ RULES: tuple[Rule, ...] = (
     ("W4A8's GEMM2 stages two factors per token row and promotes a second accumulator set: accumulators + A "
      "fragments within 176 registers (m256n64k128 spilled 104 B at 192; its GEMM1 compiled spill-free)",
      lambda c, s: not (c.fp8 and c.gemm == "gemm2") or accumulator_registers(c) + a_fragment_registers(c) <= 176),
+    ("the full-width tile loop is for W4A8 tiles of at least 128 token rows whose K loop, longer than the "
+     "short loops that loop over tiles anyway and at most 32 K tiles, fills whole ring passes",
+     lambda c, s: not c.tile_loop or full_width_loop_fits(c, s)),
 )
 
 # Fallback kernels when no shipped dispatch table covers a problem: per GEMM a decode, a mid-batch
@@ -219,8 +238,11 @@ FP8_FALLBACK = {
 # behind.  Each reads the token tile for half as many weight rows.
 FP8_SHORTLIST = ((64, 8, 128, 4), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 128, 4), (64, 16, 128, 6),
                  (64, 32, 128, 4), (64, 32, 128, 6), (128, 32, 128, 6), (128, 64, 128, 4), (128, 64, 128, 6),
-                 (128, 128, 128, 4), (256, 64, 128, 4), (256, 64, 128, 6))
+                 (128, 128, 128, 4), (256, 64, 128, 4), (256, 64, 128, 6),
+                 # the full-width tile loop where the K loop allows it (DeepSeek-V4-Flash, H200: GEMM2 5.6 % and
+                 # 7.7 % faster at T = 4096 and 16384 than one CTA per tile, GEMM1 +2.1 % and -2.4 %)
+                 (128, 128, 128, 4, True), (128, 128, 128, 8, True))
 SM90_FP8 = dataclasses.replace(SM90, weight_layout=SM90_E4M3_ATOMS.name, activation_format="fp8",
                                # an e4m3 K tile is whole 128-byte swizzle rows of B; one promotion interval
-                               axes={**AXES, "block_k": (128,)}, fallback=FP8_FALLBACK,
+                               axes={**AXES, "block_k": (128,), "tile_loop": (False, True)}, fallback=FP8_FALLBACK,
                                shortlist=FP8_SHORTLIST)

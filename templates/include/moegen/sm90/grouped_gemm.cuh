@@ -73,9 +73,14 @@ constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
 // and with two consumer warpgroups the setmaxnreg split between producer and consumers) comes from
 // the config space's resource model (moegen/arch/sm90.py, launch_resources), which also prunes the
 // space with it: one source for both.
-template <int BM_, int BN_, int BK_, int Stages_, int MinBlocksPerSm_, int ProducerRegisters_, int ConsumerRegisters_>
+template <int BM_, int BN_, int BK_, int Stages_, int MinBlocksPerSm_, int ProducerRegisters_, int ConsumerRegisters_,
+          bool FullWidthLoop_ = false>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
+  // Loop over tiles (persistent grid) whatever the K loop's length, every tile at the full wgmma
+  // width: with the narrower widths' instantiations in the loop too, ptxas keeps all their
+  // addresses live across it and spills (W4A8 m128n128k128s4, 32 K tiles: 460-492 B).
+  static constexpr bool kFullWidthLoop = FullWidthLoop_;
   // 64-row weight slices (one m64 wgmma each) over at most two consumer warpgroups: a 256-row tile
   // gives each warpgroup two slices that share every B tile (half the activation reads of m128).
   static constexpr int kSlices = BM / 64;
@@ -138,8 +143,14 @@ struct GroupedGemm {
   // (Qwen3-30B-A3B's GEMM2, K = 768) m128n128k128s6 compiled spill-free and was 2-4 % faster from
   // T = 1024 than the one-CTA-per-tile s4 it replaced (H200).
   static constexpr int kPersistentMaxKTilesFp8 = 6;
+  // The config space's tile_loop (moegen/arch/sm90.py, full_width_loop_fits): W4A8 tiles of 128 token
+  // rows and more, K loops of 7-32 tiles filling whole ring passes.
+  static constexpr bool kFullWidthLoop = Tile_::kFullWidthLoop;
+  static_assert(!kFullWidthLoop || (kFp8 && kKTiles % Stages == 0 && kKTiles <= 32),
+                "the full-width tile loop: W4A8, whole ring passes, at most 32 K tiles");
   static constexpr bool kPersistent =
-      kKTiles % Stages == 0 && kKTiles <= (kFp8 ? kPersistentMaxKTilesFp8 : kPersistentMaxKTiles);
+      kFullWidthLoop ||
+      (kKTiles % Stages == 0 && kKTiles <= (kFp8 ? kPersistentMaxKTilesFp8 : kPersistentMaxKTiles));
   static constexpr int kMTiles = ceil_div(N, BM);
   static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor");
   static constexpr int kAtomsK = BK / kAtomK;
@@ -474,7 +485,7 @@ template <class G, class Epilogue, int I>
 __device__ __forceinline__ void consume_dispatch(const GemmParams& p, typename G::SharedStorage& ss, int steps,
                                                  const WorkTile& t, float* row_factors, uint32_t full0,
                                                  uint32_t empty0, uint32_t phase0) {
-  if constexpr (I * G::kNStep >= G::BN) {
+  if constexpr (I * G::kNStep >= G::BN || G::kFullWidthLoop) {
     consume<G, Epilogue, G::BN>(p, ss, t, row_factors, full0, empty0, phase0);
   } else {
     if (steps <= I) consume<G, Epilogue, I * G::kNStep>(p, ss, t, row_factors, full0, empty0, phase0);

@@ -7,6 +7,8 @@
 #      of configs/dispatch ($R/tables: the contribution shipped after); `moegen check` with the new
 #      picks; `moegen bench` of the new picks against the same library with the shipped table
 #      (generated/candold), at the buckets.
+#   TB <model> <buckets>: the same for W4A16, generated/cand/<m>/sm90 holding the BF16 picks plus the
+#      m256n128k64 s4/s8 loop kernels (an experiment: the template's loop opened to BF16 K loops up to 64).
 #   G: the W4A8 GPU tests (tests/test_gpu_w4a8.py) on libraries with the new tables' picks.
 #   C <model>: `moegen check` of the W4A16 default build, rebuilt with the template's new parameter.
 #   W <model> <tokens>: the tuned W4A8 library against the W4A16 default build (generated/<model>).
@@ -18,22 +20,23 @@ pack() { tar czf "$OUT/results.tgz" -C $R . ; }
 [ -d $R/tables ] || cp -r configs/dispatch $R/tables
 for part in "${@:2}"; do
   read -r what m buckets <<< "$part"
+  act=(--activations fp8); v=$m-w4a8
+  if [ "$what" = TB ]; then act=(); v=$m; what=T; fi  # TB: the same for W4A16 (BF16 loop kernels)
   if [ "$what" = T ]; then
-    v=$m-w4a8
     mkdir -p generated/candold && rm -rf generated/candold/$v && cp -r generated/cand/$v generated/candold/
-    timeout -k 5 280 python3 -m moegen tune --model $m --activations fp8 --no-build --out generated/cand \
-      --buckets $buckets --table-root $R/tables > $R/tune-$m.txt 2>&1
-    echo "tune $m rc $?"; grep -E "T=|timings" $R/tune-$m.txt
+    timeout -k 5 280 python3 -m moegen tune --model $m "${act[@]}" --no-build --out generated/cand \
+      --buckets $buckets --table-root $R/tables > $R/tune-$v.txt 2>&1
+    echo "tune $v rc $?"; grep -E "T=|timings" $R/tune-$v.txt
     t=$(ls $R/tables/sm90/nvidia-h200-132sm/*.json | xargs grep -l "\"model\": \"$v\"" | head -1)
     mkdir -p generated/cand/dispatch/sm90/nvidia-h200-132sm && cp $t generated/cand/dispatch/sm90/nvidia-h200-132sm/
     pack
-    timeout -k 5 150 python3 -m moegen check --model $m --activations fp8 --out generated/cand \
-      --tokens 0,5,700,$buckets,5000 > $R/check-$m.txt 2>&1
-    echo "check $m rc $?: $(tail -1 $R/check-$m.txt)"; grep -E "FAIL|seed" $R/check-$m.txt | head -3
-    timeout -k 5 200 python3 -m moegen bench --model $m --activations fp8 --out generated/cand \
-      --compare shipped=generated/candold/$v/sm90 --tokens $buckets --rounds 6 --json $R/bench-$m.json \
-      > $R/bench-$m.txt 2>&1
-    echo "bench $m rc $?"; grep -v Warning $R/bench-$m.txt | tail -12
+    timeout -k 5 150 python3 -m moegen check --model $m "${act[@]}" --out generated/cand \
+      --tokens 0,5,700,$buckets,5000 > $R/check-$v.txt 2>&1
+    echo "check $v rc $?: $(tail -1 $R/check-$v.txt)"; grep -E "FAIL|seed" $R/check-$v.txt | head -3
+    timeout -k 5 200 python3 -m moegen bench --model $m "${act[@]}" --out generated/cand \
+      --compare shipped=generated/candold/$v/sm90 --tokens $buckets --rounds 6 --json $R/bench-$v.json \
+      > $R/bench-$v.txt 2>&1
+    echo "bench $v rc $?"; grep -v Warning $R/bench-$v.txt | tail -12
     pack
   fi
   if [ "$what" = G ]; then  # G: the W4A8 GPU tests on the shipped tables' picks (generated/_gputest, built here)

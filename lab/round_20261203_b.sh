@@ -11,6 +11,8 @@
 #      m256n128k64 s4/s8 loop kernels (an experiment: the template's loop opened to BF16 K loops up to 64).
 #   G: the W4A8 GPU tests (tests/test_gpu_w4a8.py) on libraries with the new tables' picks.
 #   C <model>: `moegen check` of the W4A16 default build, rebuilt with the template's new parameter.
+#   O <model> <tokens>: W4A8 against W4A16 in both orders, both libraries from generated/cand (the
+#      W4A16 one built for TB: its shipped picks are the same code as without the experiment).
 #   W <model> <tokens>: the tuned W4A8 library against the W4A16 default build (generated/<model>).
 # Results in $OUT/results.tgz.     bash lab/round_20261203_b.sh OUT "T model buckets" ...
 set -uo pipefail
@@ -47,6 +49,16 @@ for part in "${@:2}"; do
   if [ "$what" = C ]; then  # C <model>: `moegen check` of the W4A16 default build (generated/<model>)
     timeout -k 5 120 python3 -m moegen check --model $m --tokens 0,1,5,700,4100 > $R/check-w4a16-$m.txt 2>&1
     echo "check w4a16 $m rc $?: $(tail -1 $R/check-w4a16-$m.txt)"
+    pack
+  fi
+  if [ "$what" = O ]; then  # O <model> <tokens>: W4A8 against W4A16, both from generated/cand, both orders
+    timeout -k 5 200 python3 -m moegen bench --model $m --activations fp8 --out generated/cand \
+      --compare w4a16=generated/cand/$m/sm90 --tokens $buckets --rounds 4 --json $R/bench-order1-$m.json \
+      > $R/bench-order1-$m.txt 2>&1; echo "bench order 1 $m rc $?"
+    timeout -k 5 200 python3 -m moegen bench --model $m --out generated/cand \
+      --compare w4a8=generated/cand/$m-w4a8/sm90 --tokens $buckets --rounds 4 --json $R/bench-order2-$m.json \
+      > $R/bench-order2-$m.txt 2>&1; echo "bench order 2 $m rc $?"
+    grep -E "^ +[a-z0-9]+ T=" $R/bench-order1-$m.txt $R/bench-order2-$m.txt | cut -c1-120
     pack
   fi
   if [ "$what" = W ]; then  # W <model> <tokens>: the tuned W4A8 library against the W4A16 default build

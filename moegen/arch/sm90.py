@@ -120,7 +120,8 @@ PERSISTENT_MAX_K_TILES_FP8 = 6  # W4A8: at 12 K tiles ptxas spilled the promotio
 # full wgmma width (the template's kFullWidthLoop): with the narrower widths' instantiations also in
 # the loop, m128n128k128s4 spilled 460-492 B at 32 K tiles.  Measured up to 32 (DeepSeek-V4-Flash's
 # GEMM1); per-tile ring fills and drains made W4A8 stream 28-36 % slower than BF16 at equal bytes, and
-# the loop streamed within 0-16 % of it (H200).
+# the loop streamed within 0-16 % of it (H200).  BF16's 256-row tiles (half the CTAs) gained nothing
+# from it: no tuned bucket took it (lab/experiments/bf16_full_width_tile_loop.patch).
 FULL_WIDTH_LOOP_MAX_K_TILES = 32
 FULL_WIDTH_LOOP_MIN_BLOCK_N = 128  # large-T tiles: an expert's rows then mostly fill them
 
@@ -239,8 +240,8 @@ FP8_FALLBACK = {
 FP8_SHORTLIST = ((64, 8, 128, 4), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 128, 4), (64, 16, 128, 6),
                  (64, 32, 128, 4), (64, 32, 128, 6), (128, 32, 128, 6), (128, 64, 128, 4), (128, 64, 128, 6),
                  (128, 128, 128, 4), (256, 64, 128, 4), (256, 64, 128, 6),
-                 # the full-width tile loop where the K loop allows it (DeepSeek-V4-Flash, H200: GEMM2 5.6 % and
-                 # 7.7 % faster at T = 4096 and 16384 than one CTA per tile, GEMM1 +2.1 % and -2.4 %)
+                 # the full-width tile loop where the K loop allows it (H200 tuner: Qwen3-30B-A3B's GEMM1 from
+                 # T = 1024, 2.3-6.6 % faster; the DeepSeek GEMM2s at 16384, 1.1-1.4 %)
                  (128, 128, 128, 4, True), (128, 128, 128, 8, True))
 SM90_FP8 = dataclasses.replace(SM90, weight_layout=SM90_E4M3_ATOMS.name, activation_format="fp8",
                                # an e4m3 K tile is whole 128-byte swizzle rows of B; one promotion interval

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Round 2026-12-03 c (tenth session).  Built here, staged with
-# `lab/stage_carry.sh generated/ring16` (+ the microbenchmark's source in the tree):
+# Round 2026-12-03 c (tenth session).  Built here, staged with `lab/stage_carry.sh generated/ring16`
+# for M and R, `lab/stage_carry.sh generated/ring16/deepseek-v4-flash-w4a8 generated/_exp/tma8` for B8:
 #   M: lab/experiments/run_tma_multicast.sh (token rows shared by TMA multicast, streaming only).
 #   R <variant> <buckets>: the 16-deep ring that holds a whole K loop (GEMM2 m64 n8-n32 k128 s16:
 #      launched early, it streams all its weights while GEMM1 runs).  generated/ring16/<variant>/sm90

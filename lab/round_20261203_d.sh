@@ -14,10 +14,13 @@
 #      shipped BF16 picks at T = 1, 4, 64 and 256; dec8, its W4A8 picks at T = 1 and 4; depth, 8-deep
 #      rings at T = 1 and 4.
 #   S: the consumer widening and issuing a 128-deep K tile in two 64-deep steps (half the A fragment
-#      registers, 5-6 CTAs per SM instead of 3-4): the shipped T <= 256 picks built from the working tree
-#      into generated/_exp/step64, packed with the HEAD build of the same kernels (.carry/abbase, from
-#      /work/abl/dec16/base), each with the shipped table's T <= 256 buckets as its user table.  Every
-#      output bit against HEAD (lab/bitwise_ab.py), the timeline of both, `moegen bench` in both orders.
+#      registers, 5-6 CTAs per SM instead of 3-4): `git apply lab/experiments/consumer_k_steps.patch`,
+#      then `moegen build --model deepseek-v4-flash --kernels <the five picks below> --out
+#      generated/_exp/step64`.  Staged as two output roots, .carry/step64 (that build) and .carry/abbase
+#      (dec16's base variant: the same kernels at HEAD), each holding <variant>/sm90/{manifest.json,
+#      libmoegen-*.so} and, as dispatch/sm90/nvidia-h200-132sm/<problem>.json, the shipped table cut to
+#      its T <= 256 buckets (the libraries hold only those picks).  Every output bit against HEAD
+#      (lab/bitwise_ab.py), the timeline of both, `moegen bench` in both orders.
 #   N <T>: ncu stall reasons, instruction mix and DRAM/L2 throughput of the T's two GEMMs (the base
 #      variant's library, lab/stall_profile.sh).
 # Results in $OUT/results.tgz.     bash lab/round_20261203_d.sh OUT "A dec16" "N 1" ...

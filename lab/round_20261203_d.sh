@@ -14,7 +14,8 @@
 #      shipped BF16 picks at T = 1, 4, 64 and 256; dec8, its W4A8 picks at T = 1 and 4; depth, 8-deep
 #      rings at T = 1 and 4.
 #   S: the consumer widening and issuing a 128-deep K tile in two 64-deep steps (half the A fragment
-#      registers, 5-6 CTAs per SM instead of 3-4): `git apply lab/experiments/consumer_k_steps.patch`,
+#      registers, 5-6 CTAs per SM instead of 3-4; landed after db064f3, see round e's header):
+#      `git apply lab/experiments/consumer_k_steps.patch`,
 #      then `moegen build --model deepseek-v4-flash --kernels <the five picks below> --out
 #      generated/_exp/step64`.  Staged as two output roots, .carry/step64 (that build) and .carry/abbase
 #      (dec16's base variant: the same kernels at HEAD), each holding <variant>/sm90/{manifest.json,

@@ -104,8 +104,8 @@ def test_full_width_tile_loop_rule():
     assert "tile_loop = True is not on the sm90 axis" in rejection_reason(bf16, k32)
     assert "full-width tile loop" in cs.wgmma_serialization(ok, k32)
     spec = load_model("deepseek-v4-flash").with_activations("fp8")
-    assert ", true>;" in render.gemm_source(spec, ok)
-    assert ", false>;" in render.gemm_source(spec, fp8.config("gemm1", 128, 128, 128, 4))
+    assert ", true, 128>;" in render.gemm_source(spec, ok)  # W4A8 promotes per K tile: one step
+    assert ", false, 128>;" in render.gemm_source(spec, fp8.config("gemm1", 128, 128, 128, 4))
 
 
 @pytest.mark.parametrize("bad", [
@@ -184,13 +184,13 @@ def test_two_ctas_per_sm_and_the_rendered_register_plan():
     spec = load_model("deepseek-v4-flash")
     for cfg, plan in ((KernelConfig("sm90", "gemm1", 128, 64, 64, 4), (2, 32, 104)),
                       (KernelConfig("sm90", "gemm1", 256, 128, 64, 4), (1, 56, 224)),
-                      (KernelConfig("sm90", "gemm1", 64, 8, 128, 6), (4, 0, 0)),  # 65536 // 160 // 98
+                      (KernelConfig("sm90", "gemm1", 64, 8, 128, 6), (6, 0, 0)),  # 65536 // 160 // (4 + 32 + 30)
                       (KernelConfig("sm90", "gemm2", 64, 256, 64, 3), (1, 0, 0))):
         r = cs.launch_resources(cfg)
         assert (r["min_blocks_per_sm"], r["producer_registers"], r["consumer_registers"]) == plan
         text = render.gemm_source(spec, cfg)
         assert f"TileShape<{cfg.block_m}, {cfg.block_n}, {cfg.block_k}, {cfg.stages}, {plan[0]},\n" in text
-        assert f"{plan[1]}, {plan[2]}, false>;" in text
+        assert f"{plan[1]}, {plan[2]}, false, {r['step_k']}>;" in text
 
 
 def test_layout_padding():
@@ -347,7 +347,7 @@ def test_wgmma_serialization_record_matches_ptxas():
         shape = gemm_shapes(load_model(model))[cfg.gemm]
         assert cs.launch_resources(cfg)["min_blocks_per_sm"] == blocks, f"{key}: re-measure the record"
         reason = cs.wgmma_serialization(cfg, shape)
-        if cs.persistent_tile_loop(cfg, shape) and (cfg.block_m, cfg.block_n, cfg.block_k) not in cs.SERIALIZED_WGMMA_TILES:
+        if cs.persistent_tile_loop(cfg, shape) and (cfg.block_m, cfg.block_n, cs.step_k(cfg)) not in cs.SERIALIZED_WGMMA_TILES:
             tile_loops += 1
             assert reason is not None and "tile loop" in reason, key
         else:
@@ -358,8 +358,8 @@ def test_wgmma_serialization_record_matches_ptxas():
 
 def test_serialization_note():
     from moegen.arch import serialization_note
-    assert serialization_note("moegen_sm90_gemm1_m64n16k128s4") == \
-        "expected: 4 CTAs per SM leave a consumer thread 96 registers; at 3 ptxas keeps two wgmma batches in flight with 98"
+    assert serialization_note("moegen_sm90_gemm1_m64n32k64s4") == \
+        "expected: 5 CTAs per SM leave a consumer thread 80 registers; at 4 ptxas keeps two wgmma batches in flight with 74"
     assert serialization_note("moegen_sm90_gemm2_m128n64k64s6").startswith("NOT EXPECTED")
     qwen3 = gemm_shapes(load_model("qwen3-30b-a3b"))  # GEMM2's K = 768: 12 K tiles of 64, a tile loop at s6
     assert serialization_note("moegen_sm90_gemm2_m128n64k64s6", qwen3) == \
@@ -429,3 +429,16 @@ def test_problem_keys_of_w4a8_are_their_own():
     key = ProblemKey.of(load_model("gpt-oss-120b").with_activations("fp8"))
     assert key.slug.endswith("-fp8") and ProblemKey.parse(key.slug) == key
     assert ProblemKey.parse(ProblemKey.of(load_model("gpt-oss-120b")).slug) != key
+
+
+def test_consumer_step_k():
+    """BF16 tiles with one consumer warpgroup widen a 128-deep K tile in two 64-deep steps (half the A
+    fragments, more CTAs per SM), unless that occupancy serializes the wgmmas; W4A8 promotes once per K
+    tile, so it steps the whole tile."""
+    bf16 = KernelConfig("sm90", "gemm1", 64, 8, 128, 4)
+    assert cs.step_k(bf16) == 64 and cs.a_fragment_registers(bf16) == 32
+    assert cs.launch_resources(bf16)["min_blocks_per_sm"] == 6  # 65536 // 160 // (4 + 32 + 30)
+    assert cs.step_k(KernelConfig("sm90", "gemm1", 256, 128, 64, 8)) == 64
+    assert cs.step_k(KernelConfig("sm90", "gemm1", 64, 32, 128, 4)) == 128  # stepped, it would serialize
+    assert cs.step_k(KernelConfig("sm90", "gemm1", 128, 64, 128, 4)) == 128  # two consumer warpgroups
+    assert cs.step_k(KernelConfig("sm90", "gemm1", 64, 8, 128, 4, fp8=True)) == 128

@@ -60,8 +60,17 @@ def accumulator_registers(c: KernelConfig) -> int:
     return slices_per_consumer(c) * c.block_n // 2 * (2 if c.fp8 else 1)
 
 
+def step_k(c: KernelConfig) -> int:
+    """K per consumer step (the template's StepK): BF16 tiles with one consumer warpgroup widen and issue
+    a 128-deep K tile in two 64-deep steps, halving the A fragments, so more CTAs share an SM at decode
+    while the copies stay 128 deep (64-deep K tiles stream slower).  Not where the stepped tile's
+    occupancy would serialize its wgmmas (m64n32: 10 % slower at T = 1 on the H200, 2026-12-03)."""
+    stepped = not c.fp8 and consumer_warpgroups(c) == 1 and c.block_k == 128
+    return 64 if stepped and (c.block_m, c.block_n, 64) not in SERIALIZED_WGMMA_TILES else c.block_k
+
+
 def a_fragment_registers(c: KernelConfig) -> int:
-    return slices_per_consumer(c) * 2 * (c.block_k // mma_k(c)) * 4  # double-buffered A fragments per slice
+    return slices_per_consumer(c) * 2 * (step_k(c) // mma_k(c)) * 4  # double-buffered A fragments per slice
 
 
 def consumer_register_need(c: KernelConfig) -> int:
@@ -83,12 +92,13 @@ def launch_resources(c: KernelConfig) -> dict:
     registers on hoisted wgmma descriptors and fewer CTAs fit); two: two CTAs when their need is
     small, else one (block_n 256, whose 128 accumulators dominate, one)."""
     if two_ctas_per_sm(c):
-        return dict(min_blocks_per_sm=2, producer_registers=32, consumer_registers=104)
+        return dict(min_blocks_per_sm=2, producer_registers=32, consumer_registers=104, step_k=step_k(c))
     if consumer_warpgroups(c) > 1:
-        return dict(min_blocks_per_sm=1, producer_registers=56, consumer_registers=224)  # 128*56 + 256*224 <= 65536
+        return dict(min_blocks_per_sm=1, producer_registers=56, consumer_registers=224,  # 128*56 + 256*224 <= 65536
+                    step_k=step_k(c))
     # one consumer warpgroup: no setmaxnreg hand-off (0, 0)
     min_blocks = 1 if c.block_n >= 256 else REGISTER_FILE // threads(c) // consumer_register_need(c)
-    return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0)
+    return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0, step_k=step_k(c))
 
 
 def consumer_register_cap(c: KernelConfig) -> int:
@@ -103,12 +113,13 @@ def consumer_register_cap(c: KernelConfig) -> int:
 # --- where ptxas serializes the wgmmas (C7512: each waits for the previous to retire) ---------------
 # Measured, ptxas -v over the whole spaces of DeepSeek-V4-Flash and gpt-oss-120b and Qwen3-30B-A3B's
 # shortlist (nvcc 13.0).  Two causes:
-# 1. These one-warpgroup tiles, whose planned CTAs per SM leave a consumer thread too few registers
-#    for two wgmma batches in flight.  Value: the registers the tile uses unserialized, at one CTA per
-#    SM less.  The other tiles need about accumulators + A fragments + 26 (m64n8k128: 94, m64n32k128:
-#    106, m64n128k64: 122) and get it.  Unserialized at one CTA per SM less, these tiles were not
-#    faster (H200: 4.5 % slower at T = 256 on Qwen3-30B-A3B), so occupancy stays.
-SERIALIZED_WGMMA_TILES = {(64, 16, 128): 98, (64, 32, 64): 74}
+# 1. These one-warpgroup tiles (block_m, block_n, K per consumer step), whose planned CTAs per SM leave
+#    a consumer thread too few registers for two wgmma batches in flight: m64n32 stepping 64 deep (k64
+#    tiles; its k128 tiles therefore issue in one step, see step_k).  Value: the registers the tile uses unserialized, at one CTA
+#    per SM less.  The other tiles need about accumulators + A fragments + 26 and get it.  Unserialized
+#    at one CTA per SM less, these tiles were not faster (H200: 4.5 % slower at T = 256 on
+#    Qwen3-30B-A3B), so occupancy stays.
+SERIALIZED_WGMMA_TILES = {(64, 32, 64): 74}
 # 2. The persistent grid's tile loop, which the template keeps only for short K loops that fill whole
 #    ring passes (kPersistent in sm90/grouped_gemm.cuh, whose kPersistentMaxKTiles this mirrors).
 #    ptxas serializes most such kernels (Qwen3-30B-A3B's GEMM2, K = 768: m64n16k64, m128n32k64,
@@ -146,7 +157,7 @@ def full_width_loop_fits(c: KernelConfig, shape: GemmShape) -> bool:
 def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str | None:
     """Why ptxas serializes (or, for a tile loop, may serialize) this kernel's wgmmas, or None where it
     does not.  Without the GEMM's shape only the register cause is known."""
-    unserialized = SERIALIZED_WGMMA_TILES.get((c.block_m, c.block_n, c.block_k))
+    unserialized = SERIALIZED_WGMMA_TILES.get((c.block_m, c.block_n, step_k(c)))
     if unserialized is not None:
         blocks = launch_resources(c)["min_blocks_per_sm"]
         return (f"{blocks} CTAs per SM leave a consumer thread {consumer_register_cap(c)} registers; at "

@@ -74,9 +74,14 @@ constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
 // the config space's resource model (moegen/arch/sm90.py, launch_resources), which also prunes the
 // space with it: one source for both.
 template <int BM_, int BN_, int BK_, int Stages_, int MinBlocksPerSm_, int ProducerRegisters_, int ConsumerRegisters_,
-          bool FullWidthLoop_ = false>
+          bool FullWidthLoop_ = false, int StepK_ = BK_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
+  // K per consumer step: a K tile is loaded as one slot, and widened and issued in BK / StepK steps,
+  // each with its own A fragment.  Smaller steps halve the fragments' registers, so more CTAs fit an
+  // SM (moegen/arch/sm90.py, step_k), without smaller copies.  Same wgmmas in the same order: same bits.
+  static constexpr int StepK = StepK_;
+  static_assert(BK % StepK == 0 && StepK % 64 == 0, "StepK: whole atoms dividing the K tile");
   // Loop over tiles (persistent grid) whatever the K loop's length, every tile at the full wgmma
   // width: with the narrower widths' instantiations in the loop too, ptxas keeps all their
   // addresses live across it and spills (W4A8 m128n128k128s4, 32 K tiles: 460-492 B).
@@ -156,6 +161,9 @@ struct GroupedGemm {
   static constexpr int kAtomsK = BK / kAtomK;
   static_assert((BK * kActBytes) % 128 == 0, "a K tile is whole 128-byte swizzle rows of B");
   static constexpr int kKBlocks = BK / kMmaK;  // wgmma steps per K tile
+  static constexpr int kStepsK = BK / Tile_::StepK;  // consumer steps per K tile, an A fragment each
+  static_assert(!kFp8 || kStepsK == 1, "W4A8 promotes once per K tile, after one step");
+  static constexpr int kStepKBlocks = kKBlocks / kStepsK, kStepAtomsK = kAtomsK / kStepsK;
   // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
   // so the mainloop is instantiated at most 4 times).
   static constexpr int kNStep = BN / 4 > 8 ? BN / 4 : 8;
@@ -306,8 +314,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // value order (k+1, m+8, k+8) per k16 block, or e4m3 bytes), two of them so one converts while the
   // other feeds the wgmma in flight; accumulators.
   constexpr int R = G::kSlicesPerConsumer;
-  using FragA = std::conditional_t<G::kFp8, decltype(make_tensor<uint32_t>(Shape<Int<G::kKBlocks * 4>>{})),
-                                   decltype(make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kKBlocks>>{}))>;
+  using FragA = std::conditional_t<G::kFp8, decltype(make_tensor<uint32_t>(Shape<Int<G::kStepKBlocks * 4>>{})),
+                                   decltype(make_tensor<bfloat16_t>(Shape<Shape<_2, _2, _2>, _1, Int<G::kStepKBlocks>>{}))>;
   using Accum = decltype(partition_fragment_C(mma, Shape<_64, Int<NA>>{}));
   struct Frags { FragA f[R]; };  // (a generic lambda taking `auto (&)[R]` crashes cudafe++ 13.0)
   Frags tCrA0, tCrA1;
@@ -338,13 +346,14 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   const int warp = wg_tid / 32, lane = wg_tid % 32, g = lane / 4;
 
   // Widen one K tile of this warpgroup's weights (slice r of its R) from smem into an A fragment.
-  auto convert = [&](auto& frag, int slot, int r) MOEGEN_INLINE {
+  auto convert = [&](auto& frag, int slot, int r, int h) MOEGEN_INLINE {
     uint32_t* regs = reinterpret_cast<uint32_t*>(raw_pointer_cast(frag.data()));
     const int slice = wg * R + r;
     CUTE_UNROLL
-    for (int ak = 0; ak < kAtomsK; ++ak) {
-      const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][slice][ak][wg_tid * 16]);
-      const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][slice][ak][warp * 32 + g * 4]);
+    for (int ak = 0; ak < G::kStepAtomsK; ++ak) {
+      const int atom = h * G::kStepAtomsK + ak;
+      const uint4 words = *reinterpret_cast<const uint4*>(&ss.a[slot][slice][atom][wg_tid * 16]);
+      const uint32_t sw = *reinterpret_cast<const uint32_t*>(&ss.s[slot][slice][atom][warp * 32 + g * 4]);
       const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
       if constexpr (G::kFp8) {
         // Word kk: 32-group kk / 2 of row g (kk even) or g + 8, whose table entry is scale byte kk.
@@ -383,7 +392,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   const uint32_t desc_hi = uint32_t(desc00 >> 32);
   const uint32_t desc_lo = (uint32_t(desc00) & ~0x3FFFu) |
                            (((smem_window_base() + uint32_t(offsetof(typename G::SharedStorage, b))) >> 4) & 0x3FFFu);
-  auto mma_tile = [&](Frags& frags, auto slot, uint32_t desc_lo) MOEGEN_INLINE {
+  auto mma_tile = [&](Frags& frags, auto slot, int h, uint32_t desc_lo) MOEGEN_INLINE {
     FragA* frag = frags.f;
     Accum* acc = G::kFp8 ? part : accum;
     CUTE_UNROLL
@@ -393,9 +402,10 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     }
     warpgroup_arrive();
     CUTE_UNROLL
-    for (int kb = 0; kb < G::kKBlocks; ++kb) {
-      const uint32_t offset = uint32_t(decltype(slot)::value * G::kBStageBytes + (kb % 4) * 32 +
-                                       (kb / 4) * G::kBAtomColumnBytes);
+    for (int kb = 0; kb < G::kStepKBlocks; ++kb) {
+      const int kbt = h * G::kStepKBlocks + kb;  // wgmma step within the K tile
+      const uint32_t offset = uint32_t(decltype(slot)::value * G::kBStageBytes + (kbt % 4) * 32 +
+                                       (kbt / 4) * G::kBAtomColumnBytes);
       const uint64_t desc = (uint64_t(desc_hi) << 32) | (desc_lo + offset / 16);
       CUTE_UNROLL
       for (int r = 0; r < R; ++r) {  // the slices share the B tile: same descriptor
@@ -411,30 +421,37 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     for (int r = 0; r < R; ++r) warpgroup_fence_operand(acc[r]);
   };
 
-  // One wgmma batch stays in flight: tile kt's widening overlaps tile kt-1's wgmma, and tile
-  // kt-1's slot goes back to the producer once that wgmma retired.
+  // One wgmma batch stays in flight: step kt's widening overlaps step kt-1's wgmma, and tile kt-1's
+  // slot goes back to the producer once its last step's wgmma retired.  With several steps per K tile
+  // they alternate the two A fragments in order, whatever the tile's parity.
   auto step = [&](Frags& frags, int kt, auto slot, uint32_t phase, uint32_t desc_lo) MOEGEN_INLINE {
-    FragA* frag = frags.f;
     // The phase flip orders the producer's cp.async and bulk writes before this warpgroup's reads
     // (as in CUTLASS's cp.async warp-specialized GMMA mainloop); a proxy fence here would cost a
     // MEMBAR.ALL.CTA per K tile.
     mbar_wait(full_bar(slot), phase);
-    CUTE_UNROLL
-    for (int r = 0; r < R; ++r) convert(frag[r], slot, r);
     if constexpr (G::kFp8) {
+      FragA* frag = frags.f;
+      CUTE_UNROLL
+      for (int r = 0; r < R; ++r) convert(frag[r], slot, r, 0);
       // Tile kt-1's wgmmas retire and their partial sums join `accum` (zeros at kt = 0) before
       // tile kt's start over in `part`; tile kt's widening above still overlapped them.
       warpgroup_wait<0>();
       promote();
       if (kt > 0) mbar_arrive(empty_bar((decltype(slot)::value + Stages - 1) % Stages));
-      mma_tile(frags, slot, desc_lo);
+      mma_tile(frags, slot, 0, desc_lo);
       return;
     }
-    mma_tile(frags, slot, desc_lo);
-    warpgroup_wait<1>();
-    CUTE_UNROLL
-    for (int r = 0; r < R; ++r) warpgroup_fence_operand(frag[r]);
-    if (kt > 0) mbar_arrive(empty_bar((decltype(slot)::value + Stages - 1) % Stages));
+    static_for<G::kStepsK>([&](auto hh) MOEGEN_INLINE {
+      constexpr int h = decltype(hh)::value;
+      Frags& fr = G::kStepsK == 1 ? frags : (h % 2 == 0 ? tCrA0 : tCrA1);
+      CUTE_UNROLL
+      for (int r = 0; r < R; ++r) convert(fr.f[r], slot, r, h);
+      mma_tile(fr, slot, h, desc_lo);
+      warpgroup_wait<1>();
+      CUTE_UNROLL
+      for (int r = 0; r < R; ++r) warpgroup_fence_operand(fr.f[r]);
+      if (h == 0 && kt > 0) mbar_arrive(empty_bar((decltype(slot)::value + Stages - 1) % Stages));
+    });
   };
   // Unrolled over the ring (twice for an odd ring, so the two A fragments alternate too): every
   // slot index is a compile-time constant.  Whole rounds in a loop, the remainder as a static tail:

@@ -247,6 +247,16 @@ def merge_tables(older: dict, newer: dict) -> dict:
     return merged
 
 
+def merge_into(previous: dict, raw: dict, tolerance: float) -> dict:
+    """A tune of some buckets (raw, uncompacted) merged into the table already there and compacted,
+    where the buckets it did not time keep their pairs: compaction alone would re-pick them among
+    their timings (within the tolerance), swapping kernels nobody retuned or benched."""
+    table = compact_table(merge_tables(previous, raw), tolerance)
+    retuned = {b["tokens"] for b in raw["buckets"]}
+    kept = {b["tokens"]: b for b in previous["buckets"] if b["tokens"] not in retuned}
+    return dict(table, buckets=[kept.get(b["tokens"], b) for b in table["buckets"]])
+
+
 def resumable_table(path: Path, kernel_names: list[str], contribution: bool = False) -> tuple[dict | None, str]:
     """The table a tune of the same GPU and problem adds its buckets to, or None and why not.  A user
     table serves the library being tuned: its picks must all be that library's kernels, and its timings
@@ -318,7 +328,7 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
             table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements, tuned_with)
         else:
             raw = make_table(spec, arch, layer.gpu, layer.kernels, choices, measurements, tuned_with)
-            table = compact_table(merge_tables(previous, raw), tolerance)
+            table = merge_into(previous, raw, tolerance)
         save_table(root, table)
         return table
 

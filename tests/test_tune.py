@@ -335,3 +335,19 @@ def test_compaction_never_keeps_a_pair_timed_slower_than_tolerance():
     assert tune.compact(kernels, choices, timed, 0.01)[2] == (1, 3, 100.0)  # 2.6 % slower: back to the tuned pair
     close = measurements + [M(2, names[0], names[2], 100.8, "", None, None, "confirm")]
     assert tune.compact(kernels, choices, close, 0.01)[2] == (0, 2, 100.8)
+
+
+def test_a_merged_tune_leaves_the_pairs_of_buckets_it_did_not_time():
+    """Compacting the merged table would re-pick every bucket among its timings; the buckets this tune
+    did not time keep the pairs the table had (benched, shipped), and the timed ones get the new picks."""
+    previous = tune.compact_table(_table(buckets=(1, 16))[0], 0.01)
+    other = next((g1, g2) for g1 in NAMES if "gemm1" in g1 for g2 in NAMES if "gemm2" in g2
+                 and (g1, g2) != (previous["buckets"][0]["gemm1"], previous["buckets"][0]["gemm2"]))
+    previous["buckets"][0] = dict(previous["buckets"][0], gemm1=other[0], gemm2=other[1])  # T = 1, as shipped
+    raw = _table(buckets=(16, 256))[0]
+    merged = tune.merge_into(previous, raw, 0.01)
+    assert [b["tokens"] for b in merged["buckets"]] == [1, 16, 256]
+    assert merged["buckets"][0] == previous["buckets"][0]
+    recompacted = tune.compact_table(tune.merge_tables(previous, raw), 0.01)
+    assert (recompacted["buckets"][0]["gemm1"], recompacted["buckets"][0]["gemm2"]) != other
+    assert merged["buckets"][1:] == recompacted["buckets"][1:]

@@ -64,7 +64,8 @@ def step_k(c: KernelConfig) -> int:
     """K per consumer step (the template's StepK): BF16 tiles with one consumer warpgroup widen and issue
     a 128-deep K tile in two 64-deep steps, halving the A fragments, so more CTAs share an SM at decode
     while the copies stay 128 deep (64-deep K tiles stream slower).  Not where the stepped tile's
-    occupancy would serialize its wgmmas (m64n32: 10 % slower at T = 1 on the H200, 2026-12-03)."""
+    occupancy would serialize its wgmmas (m64n32k128s4, stepped: 7 % behind the best GEMM2 of
+    DeepSeek-V4-Flash's T = 1 tune on the H200, where in one step it is the pick)."""
     stepped = not c.fp8 and consumer_warpgroups(c) == 1 and c.block_k == 128
     return 64 if stepped and (c.block_m, c.block_n, 64) not in SERIALIZED_WGMMA_TILES else c.block_k
 
@@ -115,10 +116,10 @@ def consumer_register_cap(c: KernelConfig) -> int:
 # shortlist (nvcc 13.0).  Two causes:
 # 1. These one-warpgroup tiles (block_m, block_n, K per consumer step), whose planned CTAs per SM leave
 #    a consumer thread too few registers for two wgmma batches in flight: m64n32 stepping 64 deep (k64
-#    tiles; its k128 tiles therefore issue in one step, see step_k).  Value: the registers the tile uses unserialized, at one CTA
-#    per SM less.  The other tiles need about accumulators + A fragments + 26 and get it.  Unserialized
-#    at one CTA per SM less, these tiles were not faster (H200: 4.5 % slower at T = 256 on
-#    Qwen3-30B-A3B), so occupancy stays.
+#    tiles; its k128 tiles therefore issue in one step, see step_k).  Value: the registers the tile
+#    uses unserialized, at one CTA per SM less.  The other tiles need about accumulators + A fragments
+#    + 26 and get it.  Unserialized at one CTA per SM less, these tiles were not faster (H200: 4.5 %
+#    slower at T = 256 on Qwen3-30B-A3B), so occupancy stays.
 SERIALIZED_WGMMA_TILES = {(64, 32, 64): 74}
 # 2. The persistent grid's tile loop, which the template keeps only for short K loops that fill whole
 #    ring passes (kPersistent in sm90/grouped_gemm.cuh, whose kPersistentMaxKTiles this mirrors).

@@ -91,15 +91,19 @@ def launch_resources(c: KernelConfig) -> dict:
     """The template's register plan: CTAs per SM that __launch_bounds__ must allow, and the setmaxnreg
     split.  One consumer warpgroup: as many CTAs as its natural need allows (or ptxas spends
     registers on hoisted wgmma descriptors and fewer CTAs fit); two: two CTAs when their need is
-    small, else one (block_n 256, whose 128 accumulators dominate, one)."""
+    small, else one (block_n 256, whose 128 accumulators dominate, one).  Also the K per consumer step
+    the plan assumes (step_k)."""
+    return dict(_register_plan(c), step_k=step_k(c))
+
+
+def _register_plan(c: KernelConfig) -> dict:
     if two_ctas_per_sm(c):
-        return dict(min_blocks_per_sm=2, producer_registers=32, consumer_registers=104, step_k=step_k(c))
+        return dict(min_blocks_per_sm=2, producer_registers=32, consumer_registers=104)
     if consumer_warpgroups(c) > 1:
-        return dict(min_blocks_per_sm=1, producer_registers=56, consumer_registers=224,  # 128*56 + 256*224 <= 65536
-                    step_k=step_k(c))
+        return dict(min_blocks_per_sm=1, producer_registers=56, consumer_registers=224)  # 128*56 + 256*224 <= 65536
     # one consumer warpgroup: no setmaxnreg hand-off (0, 0)
     min_blocks = 1 if c.block_n >= 256 else REGISTER_FILE // threads(c) // consumer_register_need(c)
-    return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0, step_k=step_k(c))
+    return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0)
 
 
 def consumer_register_cap(c: KernelConfig) -> int:

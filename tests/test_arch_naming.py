@@ -149,7 +149,11 @@ def test_every_rule_is_live(index):
 def test_rule_examples():
     k2880 = GemmShape(n=5760, k=2880)
     k4096 = GemmShape(n=4096, k=4096)
-    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k2880) == SM90_RULES[0][0]
+    # K = 2880 in 128-deep tiles ends half a tile in: a stepped tile's last tile holds one 64-deep step,
+    # a one-step tile (m64n32k128, two consumer warpgroups) cannot end there
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k2880) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 32, 128, 4), k2880) == SM90_RULES[0][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 64, 128, 4), k2880) == SM90_RULES[0][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 64, 16, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 128, 256, 64, 8), k4096) == SM90_RULES[1][0]
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), GemmShape(4096, 256)) == SM90_RULES[2][0]
@@ -260,23 +264,27 @@ def test_default_configs_prefer_the_first_choice():
 
 @pytest.mark.parametrize("spec", [load_model("gpt-oss-20b"), load_model("gpt-oss-120b"),
                                   load_model("gpt-oss-20b").with_parallel(tp_size=2)], ids=lambda s: s.variant)
-def test_gpt_oss_gets_no_block_k_128(spec):
-    assert all(c.block_k == 64 for c in default_configs(spec, "sm90"))
-    assert all(c.block_k == 64 for c in candidate_configs(spec, "sm90"))
-    # ...while a model whose K is a multiple of 128 does get block_k=128 candidates.
-    assert any(c.block_k == 128 for c in candidate_configs(load_model("deepseek-v3"), "sm90"))
+def test_gpt_oss_gets_block_k_128_only_in_steps(spec):
+    # K = 2880 (and 1440, padded to 1472) is not a multiple of 128: only tiles that issue a 128-deep K
+    # tile in 64-deep steps can end the K loop half a tile in
+    for configs in (default_configs(spec, "sm90"), candidate_configs(spec, "sm90")):
+        assert all(c.block_k == 64 or cs.step_k(c) == 64 for c in configs)
+    k128 = [c for c in candidate_configs(spec, "sm90") if c.block_k == 128]
+    assert k128 and all(c.block_m == 64 for c in k128)
+    # ...while a model whose K is a multiple of 128 gets one-step block_k=128 tiles too.
+    assert any(c.block_k == 128 and cs.step_k(c) == 128 for c in candidate_configs(load_model("deepseek-v3"), "sm90"))
 
 
 def test_check_configs_names_the_kernel():
     spec = load_model("gpt-oss-120b")
-    bad = KernelConfig("sm90", "gemm1", 64, 16, 128, 6)
+    bad = KernelConfig("sm90", "gemm1", 128, 64, 128, 6)
     good = default_configs(spec, "sm90")
     with pytest.raises(ValueError) as excinfo:
         check_configs(spec, good + [bad])
     with pytest.raises(ValueError, match="not an sm90 kernel"):
         check_configs(spec, [KernelConfig("sm100", "gemm1", 64, 16, 64, 3)])
     msg = str(excinfo.value)
-    assert "moegen_sm90_gemm1_m64n16k128s6" in msg
+    assert "moegen_sm90_gemm1_m128n64k128s6" in msg
     assert "gpt-oss-120b" in msg
     assert SM90_RULES[0][0] in msg
     check_configs(spec, good)  # no raise
@@ -442,3 +450,5 @@ def test_consumer_step_k():
     assert cs.step_k(KernelConfig("sm90", "gemm1", 64, 32, 128, 4)) == 128  # stepped, it would serialize
     assert cs.step_k(KernelConfig("sm90", "gemm1", 128, 64, 128, 4)) == 128  # two consumer warpgroups
     assert cs.step_k(KernelConfig("sm90", "gemm1", 64, 8, 128, 4, fp8=True)) == 128
+    # gpt-oss's K = 2880: 22 whole 128-deep tiles and a last one of one 64-deep step
+    assert cs.k_tiles(bf16, GemmShape(5760, 2880)) == 23 and cs.k_loop_ends_on_a_step(bf16, GemmShape(5760, 2880))

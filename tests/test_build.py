@@ -219,8 +219,8 @@ def test_rejected_plans():
         plan(spec, [c for c in configs if c.gemm == "gemm1"])
     with pytest.raises(BuildError, match="duplicate kernel names.*" + configs[1].name):
         plan(spec, configs + [configs[1]])
-    bad = KernelConfig("sm90", "gemm1", 64, 16, 128, 6)  # 128 does not divide K = 2880
-    with pytest.raises(BuildError, match="moegen_sm90_gemm1_m64n16k128s6.*block_k must divide"):
+    bad = KernelConfig("sm90", "gemm1", 128, 64, 128, 6)  # one 128-deep step cannot end K = 2880
+    with pytest.raises(BuildError, match="moegen_sm90_gemm1_m128n64k128s6.*must end on a whole consumer step"):
         plan(load_model("gpt-oss-120b"), default_configs(load_model("gpt-oss-120b")) + [bad])
 
 

@@ -143,7 +143,13 @@ FULL_WIDTH_LOOP_MIN_BLOCK_N = 128  # large-T tiles: an expert's rows then mostly
 
 
 def k_tiles(c: KernelConfig, shape: GemmShape) -> int:
-    return _k_padded(c, shape.k) // c.block_k
+    return -(-_k_padded(c, shape.k) // c.block_k)  # the last may be partial (k_loop_ends_on_a_step)
+
+
+def k_loop_ends_on_a_step(c: KernelConfig, shape: GemmShape) -> bool:
+    """Whether the padded K ends on a whole consumer step: a 128-deep tile of a stepped kernel may end the
+    K loop half full (gpt-oss, K = 2880), keeping the 4 KB copies that 64-deep tiles halve."""
+    return _k_padded(c, shape.k) % c.block_k % step_k(c) == 0
 
 
 def persistent_tile_loop(c: KernelConfig, shape: GemmShape) -> bool:
@@ -189,18 +195,19 @@ AXES = {"block_m": (64, 128, 256), "block_n": (8, 16, 32, 64, 128, 256), "block_
         "stages": (3, 4, 6, 8), "tile_loop": (False,)}
 
 RULES: tuple[Rule, ...] = (
-    ("block_k must divide the padded K (64; 128 for fp8): prepared atoms end there",
-     lambda c, s: _k_padded(c, s.k) % c.block_k == 0),
+    ("the K loop must end on a whole consumer step (block_k, or 64 for stepped tiles) of the padded K (64; 128 "
+     "for fp8): prepared atoms end there",
+     k_loop_ends_on_a_step),
     ("shared memory per CTA is at most 227 KiB on SM90", lambda c, s: smem_bytes(c) <= SMEM_LIMIT),
     ("consumer accumulators + A fragments must leave registers for the widening (255 per thread with one "
      "consumer warpgroup, 224 after setmaxnreg with two: 192 compiled spill-free at m256n128k64 and m256n64k128), "
      "or ptxas spills",
      lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= (200 if c.block_m == 64 else 192)),
     ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
-     lambda c, s: c.stages - 2 <= max(1, _k_padded(c, s.k) // c.block_k)),
+     lambda c, s: c.stages - 2 <= max(1, k_tiles(c, s))),
     ("3 stages leave one slot loading while two feed wgmmas: too little to hide HBM latency unless the K loop "
      "is that short",
-     lambda c, s: c.stages > 3 or _k_padded(c, s.k) // c.block_k <= 4),
+     lambda c, s: c.stages > 3 or k_tiles(c, s) <= 4),
     ("two consumer warpgroups only pay off once a CTA has enough token rows to share B, or fits twice on an "
      "SM (32 token rows, consumers within 104 registers)",
      lambda c, s: c.block_m == 64 or c.block_n >= 64 or (c.block_n >= 32 and two_ctas_per_sm(c))),

@@ -134,8 +134,12 @@ struct GroupedGemm {
   static constexpr int kKPad = KPad;
   static constexpr int kNPad = NPad;
   static_assert(kKPad % kAtomK == 0 && kKPad >= K && kNPad % kAtomRows == 0 && kNPad >= N, "padded atom grid");
-  static_assert(kKPad % BK == 0, "config space must only offer BK dividing the padded K");
-  static constexpr int kKTiles = kKPad / BK;
+  // The K loop ends on a whole consumer step: a K tile that BK / StepK steps would overrun holds the
+  // steps that remain (gpt-oss: K = 2880 in 128-deep tiles ends in one 64-deep step), so such K keep
+  // the 4 KB copies of 128-deep tiles.  The config space offers only BK that end so.
+  static_assert(kKPad % BK % Tile_::StepK == 0, "the K loop must end on a whole consumer step");
+  static constexpr int kKTiles = ceil_div(kKPad, BK);
+  static constexpr bool kPartialLastTile = kKPad % BK != 0;
   // A CTA may run several tiles in a row (persistent grid) when every tile starts at ring slot 0
   // (the consumer's K loop has compile-time slots) and the K loop is short: a tile's setup and first
   // loads are then a large share of it.  The tile loop makes ptxas serialize the wgmmas (C7512), and
@@ -164,6 +168,8 @@ struct GroupedGemm {
   static constexpr int kStepsK = BK / Tile_::StepK;  // consumer steps per K tile, an A fragment each
   static_assert(!kFp8 || kStepsK == 1, "W4A8 promotes once per K tile, after one step");
   static constexpr int kStepKBlocks = kKBlocks / kStepsK, kStepAtomsK = kAtomsK / kStepsK;
+  static constexpr int kLastTileSteps = kPartialLastTile ? kKPad % BK / Tile_::StepK : kStepsK;
+  static constexpr int kLastTileAtomsK = kLastTileSteps * kStepAtomsK;
   // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
   // so the mainloop is instantiated at most 4 times).
   static constexpr int kNStep = BN / 4 > 8 ? BN / 4 : 8;
@@ -201,6 +207,7 @@ struct GroupedGemm {
   // Token rows whose factors each consumer thread loads and stages in shared memory before the epilogue.
   static constexpr int kRowFactorsPerThread = Epilogue::kRowFactors ? ceil_div(BN, kConsumerThreads) : 0;
   static constexpr uint32_t kWeightBytesPerStage = kSlices * kAtomsK * (kAtomBytes + kAtomScaleBytes);
+  static constexpr uint32_t kLastTileWeightBytes = kSlices * kLastTileAtomsK * (kAtomBytes + kAtomScaleBytes);
 
   // B copies: lane = (rr, kq) of producer warp w copies rows rr + 8 (w + W i) (one swizzle phase, so each destination
   // is a base + compile-time offset) and the 16-byte chunks kq, kq+4, ... of each row's BK values.
@@ -424,7 +431,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // One wgmma batch stays in flight: step kt's widening overlaps step kt-1's wgmma, and tile kt-1's
   // slot goes back to the producer once its last step's wgmma retired.  With several steps per K tile
   // they alternate the two A fragments in order, whatever the tile's parity.
-  auto step = [&](Frags& frags, int kt, auto slot, uint32_t phase, uint32_t desc_lo) MOEGEN_INLINE {
+  // `steps`: the consumer steps this K tile holds (fewer only in a partial last tile).
+  auto step = [&](Frags& frags, int kt, auto slot, uint32_t phase, uint32_t desc_lo, auto steps) MOEGEN_INLINE {
     // The phase flip orders the producer's cp.async and bulk writes before this warpgroup's reads
     // (as in CUTLASS's cp.async warp-specialized GMMA mainloop); a proxy fence here would cost a
     // MEMBAR.ALL.CTA per K tile.
@@ -441,7 +449,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
       mma_tile(frags, slot, 0, desc_lo);
       return;
     }
-    static_for<G::kStepsK>([&](auto hh) MOEGEN_INLINE {
+    static_for<decltype(steps)::value>([&](auto hh) MOEGEN_INLINE {
       constexpr int h = decltype(hh)::value;
       Frags& fr = G::kStepsK == 1 ? frags : (h % 2 == 0 ? tCrA0 : tCrA1);
       CUTE_UNROLL
@@ -457,7 +465,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
   // slot index is a compile-time constant.  Whole rounds in a loop, the remainder as a static tail:
   // a runtime `kt < kKTiles` inside the wgmma pipeline makes ptxas serialize the wgmmas (C7513).
   constexpr int kUnroll = Stages % 2 == 0 ? Stages : 2 * Stages;
-  auto round = [&](int k0, uint32_t phase, auto count) MOEGEN_INLINE {
+  // ends_loop: the round's last step is the K loop's last tile, which may be partial.
+  auto round = [&](int k0, uint32_t phase, auto count, auto ends_loop) MOEGEN_INLINE {
     // Opaque per round: ptxas would otherwise hoist all Stages x kKBlocks descriptors out of the
     // loop into registers (a spill at m64n32k128), instead of adding the constants at each use.
     uint32_t lo = desc_lo;
@@ -465,23 +474,26 @@ __device__ __forceinline__ void consume(const GemmParams& p, typename G::SharedS
     static_for<decltype(count)::value>([&](auto u) MOEGEN_INLINE {
       constexpr int U = decltype(u)::value;
       const uint32_t ph = phase ^ uint32_t((U / Stages) & 1);
-      if constexpr (U % 2 == 0) step(tCrA0, k0 + U, Int<U % Stages>{}, ph, lo);
-      else step(tCrA1, k0 + U, Int<U % Stages>{}, ph, lo);
+      constexpr bool kLast = decltype(ends_loop)::value && U + 1 == decltype(count)::value;
+      constexpr int kSteps = kLast ? G::kLastTileSteps : G::kStepsK;
+      if constexpr (U % 2 == 0) step(tCrA0, k0 + U, Int<U % Stages>{}, ph, lo, Int<kSteps>{});
+      else step(tCrA1, k0 + U, Int<U % Stages>{}, ph, lo, Int<kSteps>{});
     });
   };
   constexpr uint32_t kRoundPhaseFlip = uint32_t((kUnroll / Stages) & 1);
   uint32_t phase = phase0;  // parity of the ring pass the round's first K tile reads
   // A tail of one K tile made ptxas serialize the wgmmas too (C7513: gpt-oss's 45 K tiles at s4 and
   // s8 with BK = 64): it runs as the last whole round's extra step instead.
-  constexpr int kTail = kKTiles % kUnroll;
+  // A partial last tile is never in the loop: its round runs as the static tail.
+  constexpr int kTail = kKTiles % kUnroll == 0 && G::kPartialLastTile ? kUnroll : kKTiles % kUnroll;
   constexpr bool kTailJoinsLastRound = kTail == 1 && kKTiles > kUnroll;
   constexpr int kLoopTiles = kKTiles - kTail - (kTailJoinsLastRound ? kUnroll : 0);
   for (int k0 = 0; k0 + kUnroll <= kLoopTiles; k0 += kUnroll) {
-    round(k0, phase, Int<kUnroll>{});
+    round(k0, phase, Int<kUnroll>{}, false_type{});
     phase ^= kRoundPhaseFlip;
   }
-  if constexpr (kTailJoinsLastRound) round(kLoopTiles, phase, Int<kUnroll + 1>{});
-  else if constexpr (kTail > 0) round(kKTiles - kTail, phase, Int<kTail>{});
+  if constexpr (kTailJoinsLastRound) round(kLoopTiles, phase, Int<kUnroll + 1>{}, true_type{});
+  else if constexpr (kTail > 0) round(kKTiles - kTail, phase, Int<kTail>{}, true_type{});
   warpgroup_wait<0>();
   if constexpr (G::kFp8) promote();
   // The last slot goes back too: the producer refills the ring for this CTA's next tile while the
@@ -603,14 +615,16 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
       const size_t atom0 = (size_t(t.expert) * (G::kNPad / kAtomRows) + size_t(t.m_tile) * G::kSlices) * kAtomsKTotal;
       auto issue_weights = [&](int kt) {
         const int slot = kt % Stages;
-        mbar_expect_tx(full_bar(slot), G::kWeightBytesPerStage);
+        const bool last_partial = G::kPartialLastTile && kt == kKTiles - 1;  // the atoms that remain
+        const uint32_t atoms = last_partial ? G::kLastTileAtomsK : kAtomsK;
+        mbar_expect_tx(full_bar(slot), last_partial ? G::kLastTileWeightBytes : G::kWeightBytesPerStage);
         CUTE_UNROLL
         for (int c = 0; c < G::kSlices; ++c) {  // each 64-row slice's atoms are contiguous along K
           const size_t atom = atom0 + size_t(c) * kAtomsKTotal + size_t(kt) * kAtomsK;
           bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.a[slot][c][0][0])),
-                        p.w + atom * kAtomBytes, kAtomsK * kAtomBytes, full_bar(slot));
+                        p.w + atom * kAtomBytes, atoms * kAtomBytes, full_bar(slot));
           bulk_copy_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(&ss.s[slot][c][0][0])),
-                        p.w_scales + atom * kAtomScaleBytes, kAtomsK * kAtomScaleBytes, full_bar(slot));
+                        p.w_scales + atom * kAtomScaleBytes, atoms * kAtomScaleBytes, full_bar(slot));
         }
       };
       if (first) {

@@ -3,7 +3,7 @@ buckets the library has): eight tokens alone against the same tokens inside batc
 edge and the size just past it (tests/gpu_variants.assert_batch_invariant), on fresh random weights.
 For libraries the GPU tests do not build (a candidate library carried to the GPU machine).
 
-  python3 lab/batch_invariance_ab.py ROOT MODEL [--sizes 1,2,...]      (GPU machine; prints its seed)
+  python3 lab/batch_invariance_ab.py ROOT MODEL [--tp N] [--sizes 1,2,...]      (GPU machine; prints its seed)
 """
 import argparse
 import random
@@ -20,11 +20,13 @@ from moegen.testing import random_weights  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("root")
 ap.add_argument("model")
+ap.add_argument("--tp", type=int, default=1)
 ap.add_argument("--sizes", default=None, help="batch sizes (default: every bucket edge and one past it, up to 4096)")
 a = ap.parse_args()
 seed = random.randrange(1 << 30)
 print(f"seed {seed}")
 spec = load_model(a.model)
+spec = spec.with_parallel(tp_size=a.tp) if a.tp > 1 else spec
 layer = load(Path(a.root) / spec.variant / "sm90", spec=spec, dispatch_root=Path(a.root) / "dispatch")
 assert layer.dispatch is not None, "no dispatch table for this build under ROOT/dispatch"
 w = random_weights(spec, "cuda", seed, layer.weight_layout)

@@ -3,7 +3,7 @@ GEMM2 (with the first GEMM1) on the same weights and inputs (plain and skewed ro
 compared with the first pair's by torch.equal.  Batch invariance needs every kernel a table may pick
 to give the same bits; this checks it for a candidate library before any table picks its kernels.
 
-  python3 lab/bitwise_kernels.py BUILD MODEL [--tokens 1,37,300,2048]      (GPU machine; prints its seed)
+  python3 lab/bitwise_kernels.py BUILD MODEL [--tp N] [--tokens 1,37,300,2048]      (GPU machine; prints its seed)
 """
 import argparse
 import random
@@ -21,6 +21,7 @@ def main() -> int:
     ap.add_argument("build")
     ap.add_argument("model")
     ap.add_argument("--activations", default=None)
+    ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--tokens", default="1,37,300,2048")
     args = ap.parse_args()
 
@@ -28,6 +29,7 @@ def main() -> int:
     from moegen.testing import random_inputs, random_weights
 
     spec = load_spec(args.model, args.activations)
+    spec = spec.with_parallel(tp_size=args.tp) if args.tp > 1 else spec
     layer = load(args.build, spec=spec)
     names = [k.name for k in layer.kernels]
     seed = random.SystemRandom().randrange(2**31)

@@ -232,7 +232,7 @@ FALLBACK = {
 
 # The tiles that won buckets of the H200 tuner on deepseek-v4-flash (n8 k128 s6/s8 at decode, m64n16k128s4
 # at T = 64, m128n32k64s6 at 256, m128n64k64s6 at 1024, m256n128k64s6 from 4096), their k64 twins for
-# K that 128 does not divide (gpt-oss: 2880), and one neighbour each way in N.
+# K on which a one-step k128 tile cannot end (gpt-oss: 2880), and one neighbour each way in N.
 SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), (64, 16, 64, 4), (64, 16, 64, 6),
              (64, 32, 128, 4), (64, 32, 64, 4), (128, 32, 64, 6), (128, 64, 64, 6), (128, 128, 64, 4),
              (256, 64, 64, 6), (256, 128, 64, 6),

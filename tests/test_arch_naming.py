@@ -88,7 +88,7 @@ def test_tile_loop_name():
 def test_full_width_tile_loop_rule():
     """W4A8 only, 128+ token rows, a K loop of 7-32 tiles filling whole ring passes; the template's
     kPersistent follows (persistent_tile_loop), and the serialization record names the loop."""
-    fp8, rule = cs.SM90_FP8, cs.RULES[-1][0]
+    fp8, rule = cs.SM90_FP8, cs.RULES[-2][0]
     k32, k16, k6, k56 = GemmShape(4096, 4096), GemmShape(4096, 2048), GemmShape(2048, 768), GemmShape(4096, 7168)
     ok = fp8.config("gemm1", 128, 128, 128, 4, tile_loop=True)
     for shape in (k32, k16):
@@ -174,7 +174,7 @@ def test_rule_examples():
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 64, 128, 4), k4096) is None
     assert rejection_reason(KernelConfig("sm90", "gemm1", 256, 128, 128, 3), GemmShape(4096, 256)) == SM90_RULES[2][0]
     fp8 = cs.SM90_FP8
-    assert fp8.rejection_reason(fp8.config("gemm2", 256, 64, 128, 4), k4096) == SM90_RULES[-2][0]
+    assert fp8.rejection_reason(fp8.config("gemm2", 256, 64, 128, 4), k4096) == SM90_RULES[-3][0]
     assert fp8.rejection_reason(fp8.config("gemm1", 256, 64, 128, 4), k4096) is None
 
 
@@ -452,3 +452,10 @@ def test_consumer_step_k():
     assert cs.step_k(KernelConfig("sm90", "gemm1", 64, 8, 128, 4, fp8=True)) == 128
     # gpt-oss's K = 2880: 22 whole 128-deep tiles and a last one of one 64-deep step
     assert cs.k_tiles(bf16, GemmShape(5760, 2880)) == 23 and cs.k_loop_ends_on_a_step(bf16, GemmShape(5760, 2880))
+    # --tp 2's GEMM2, K = 1440 (padded to 1472): 12 K tiles, the last half full; such loops run one CTA per
+    # tile, so the stage counts whose ring passes would make the persistent tile loop are pruned
+    k1440 = GemmShape(2880, 1440)
+    assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 128, 4), k1440) == cs.RULES[-1][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 128, 6), k1440) == cs.RULES[-1][0]
+    assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 128, 8), k1440) is None
+    assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 64, 6), GemmShape(2048, 768)) is None  # whole tiles loop

@@ -219,6 +219,9 @@ RULES: tuple[Rule, ...] = (
     ("the full-width tile loop is for W4A8 tiles of at least 128 token rows whose K loop, longer than the "
      "short loops that loop over tiles anyway and at most 32 K tiles, fills whole ring passes",
      lambda c, s: not c.tile_loop or full_width_loop_fits(c, s)),
+    ("a K loop ending half a tile in must not loop over tiles (persistent grid): there ptxas spilled or "
+     "serialized it (gpt-oss-20b --tp 2's GEMM2, 12 K tiles: m64n8k128s4 8 B, m64n16k128s4 C7512)",
+     lambda c, s: _k_padded(c, s.k) % c.block_k == 0 or not persistent_tile_loop(c, s)),
 )
 
 # Fallback kernels when no shipped dispatch table covers a problem: per GEMM a decode, a mid-batch

@@ -13,6 +13,8 @@
 #      $R/shipped); then `moegen bench` of the two, both orders.
 #   C <MODEL> [TP]: `moegen check` of the library against float64 (T = 0, 1, 7, 300), every kernel against
 #      every other bit for bit (lab/bitwise_kernels.py), batch invariance with the new table.
+#   B MODEL: gpt-oss-20b's new table against the shipped one on one library with both tables' picks (built
+#      here as generated/_exp/bench20b; round T's library lacked the shipped picks of gpt-oss-20b).
 #   W: gpt-oss-120b's W4A16 library with this round's table against the shipped W4A8 table's kernels.
 #   G <EXPR>: the GPU tests (tests/test_gpu_layer.py -k EXPR) with this round's tables.
 # Results in $OUT/results-f.tgz.      bash lab/round_20261203_f.sh OUT "T gpt-oss-120b" "C gpt-oss-120b"
@@ -66,6 +68,17 @@ for part in "${@:2}"; do
     timeout -k 5 100 python3 lab/batch_invariance_ab.py $LIB $model --tp $tp > $R/invariance-$variant.txt 2>&1
     echo "invariance $variant rc $?"; tail -2 $R/invariance-$variant.txt | cut -c1-300
     pack
+  fi
+  if [ "$what" = B ]; then  # B MODEL: the new table against the shipped one on one library holding both's picks
+    # (generated/_exp/bench20b and bench20b_old, each with its table cut to T <= 1024 as its user table)
+    NEW=generated/_exp/bench20b; OLD=generated/_exp/bench20b_old
+    for o in a b; do
+      if [ $o = a ]; then D=$NEW; C=shipped=$OLD/$model/sm90; else D=$OLD; C=k128=$NEW/$model/sm90; fi
+      timeout -k 5 170 python3 -m moegen bench --model $model --out $D --compare $C \
+        --tokens 1,4,16,64,256,1024 --rounds 4 --json $R/benchB-$model-$o.json > $R/benchB-$model-$o.txt 2>&1
+      echo "bench $o rc $?"; grep -v Warning $R/benchB-$model-$o.txt | tail -14 | cut -d'|' -f2-8,13
+      pack
+    done
   fi
   if [ "$what" = W ]; then  # this round's gpt-oss-120b W4A16 table against the shipped W4A8 one (the tests' W4A8 build)
     timeout -k 5 170 python3 -m moegen bench --model gpt-oss-120b --out $LIB \

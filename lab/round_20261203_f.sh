@@ -15,6 +15,7 @@
 #      every other bit for bit (lab/bitwise_kernels.py), batch invariance with the new table.
 #   B MODEL: gpt-oss-20b's new table against the shipped one on one library with both tables' picks (built
 #      here as generated/_exp/bench20b; round T's library lacked the shipped picks of gpt-oss-20b).
+#   Q: Qwen3-30B-A3B --tp 4's default build (a K loop of one whole tile and a half, all in the prologue).
 #   W: gpt-oss-120b's W4A16 library with this round's table against the shipped W4A8 table's kernels.
 #   G <EXPR>: the GPU tests (tests/test_gpu_layer.py -k EXPR) with this round's tables.
 # Results in $OUT/results-f.tgz.      bash lab/round_20261203_f.sh OUT "T gpt-oss-120b" "C gpt-oss-120b"
@@ -82,6 +83,16 @@ for part in "${@:2}"; do
       pack
     done
   fi
+  if [ "$what" = Q ]; then  # Qwen3-30B-A3B --tp 4's default build: GEMM2's K = 192 is one whole K tile and a half,
+    # both issued in the ring's prologue (generated/_exp/qwen3tp4, `moegen build --model qwen3-30b-a3b --tp 4`)
+    timeout -k 5 150 python3 -m moegen check --model qwen3-30b-a3b --tp 4 --out generated/_exp/qwen3tp4 \
+      --tokens 0,1,7,300,1030 > $R/check-qwen3tp4.txt 2>&1
+    echo "check qwen3 tp4 rc $?"; grep -iv "warn" $R/check-qwen3tp4.txt | tail -2
+    timeout -k 5 100 python3 lab/bitwise_kernels.py generated/_exp/qwen3tp4/qwen3-30b-a3b-tp4/sm90 qwen3-30b-a3b --tp 4 \
+      --tokens 1,4,37,300,1030 > $R/bitwise-qwen3tp4.txt 2>&1
+    echo "bitwise qwen3 tp4 rc $?: $(grep -c ': equal' $R/bitwise-qwen3tp4.txt) equal"; grep -v ': equal' $R/bitwise-qwen3tp4.txt | tail -2
+    pack
+  fi
   if [ "$what" = W ]; then  # this round's gpt-oss-120b W4A16 table against the shipped W4A8 one (the tests' W4A8 build)
     timeout -k 5 170 python3 -m moegen bench --model gpt-oss-120b --out $LIB \
       --compare w4a8=generated/_gputest/gpt-oss-120b-w4a8/sm90 --tokens 1,4,16,64,256,1024 --rounds 4 \
@@ -94,7 +105,7 @@ for part in "${@:2}"; do
     # tests' libraries carried from here (generated/_gputest; objects for relinking in generated/_carrystore).
     cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }
     cp $R/dispatch/sm90/nvidia-h200-132sm/*.json configs/dispatch/sm90/nvidia-h200-132sm/
-    timeout -k 5 400 python3 -m pytest -m gpu tests/test_gpu_layer.py -k "$model" -q -p no:cacheprovider > $R/gputest.txt 2>&1
+    timeout -k 5 400 python3 -m pytest -m gpu tests/test_gpu_layer.py -k "${part#G }" -q -p no:cacheprovider > $R/gputest.txt 2>&1
     echo "gpu tests rc $?"; grep -E "seed|passed|failed|error" $R/gputest.txt | tail -6
     # every kernel on the persistent grid too: --tp 2's GEMM2 (K = 1440, padded to 1472) loops over tiles
     # whose 12 K tiles end on a half tile (k128 s4 and s6)

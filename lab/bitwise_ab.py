@@ -1,6 +1,7 @@
 """Two builds of one spec, bit for bit: every kernel the two libraries share by name, run on the
 same weights and inputs (plain and skewed routing), outputs compared with torch.equal.
-For source changes that must not move a single bit (a reordered mainloop, a new load path).
+For source changes that must not move a single bit (a reordered mainloop, a new load path); the
+router's ids and weights are compared too.
 
   python3 lab/bitwise_ab.py BUILD_A BUILD_B MODEL [--activations fp8] [--tokens 1,37,300,2048,4100]
 """
@@ -50,6 +51,7 @@ def main() -> int:
                 ya = la(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(na.index(n1), na.index(n2)), poison=True)
                 yb = lb(x.hidden, x.logits, w.prepared, x.score_bias, kernels=(nb.index(n1), nb.index(n2)), poison=True)
                 same = torch.equal(ya.out, yb.out) and not torch.isnan(ya.out.float()).any()
+                same = same and torch.equal(ya.topk_ids, yb.topk_ids) and torch.equal(ya.topk_weights, yb.topk_weights)
                 bad += not same
                 print(f"T={t} skew={int(skew)} {n1} + {n2}: {'equal' if same else 'DIFFERENT'}")
     torch.cuda.synchronize()

@@ -48,6 +48,13 @@ R)
   done
   timeout -k 5 150 python3 -m moegen check --model deepseek-v4-flash --activations fp8 --out $B --tokens 0,1,2,3,7,33 > $OUTD/check-w4a8.txt 2>&1
   echo "check w4a8 rc $?"; grep -iv warn $OUTD/check-w4a8.txt | tail -3 ;;
+S2)
+  # the stamps of ccbe5a3 (s0), a677013 (s1) and a677013 without the block's scores (s1n), default builds
+  for v in s0 s1 s1n; do
+    echo "=== $v"
+    python3 lab/routing_stamps.py generated/_exp/stamps_$v/deepseek-v4-flash/sm90 1,4,16,32
+    python3 lab/routing_stamps.py generated/_exp/stamps_$v/gpt-oss-120b/sm90 1,16
+  done ;;
 T)
   # the GPU tests (MODEL-free: every BF16 variant, or the -k expression given as MOEGEN_K)
   cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }

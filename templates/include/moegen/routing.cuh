@@ -72,16 +72,6 @@ __device__ __forceinline__ float load_logit(const __nv_bfloat16* p) {
   return __bfloat162float(__ushort_as_bfloat16(v));
 }
 
-// Routers whose score is a function of one logit: the one-block path computes them with the whole
-// block (router_score) before the warps select.
-template <class P>
-constexpr bool kElementwiseScore = P::kRouter == kSigmoidGroupTopK || P::kRouter == kSqrtSoftplusTopK;
-// sigmoid, or sqrt(softplus(l)) with softplus(l) = max(l, 0) + log1p(exp(-|l|)) (no overflow)
-template <class P>
-__device__ __forceinline__ float router_score(float l) {
-  return P::kRouter == kSigmoidGroupTopK ? 1.0f / (1.0f + expf(-l)) : sqrtf(fmaxf(l, 0.f) + log1pf(expf(-fabsf(l))));
-}
-
 // Selection runs on order keys: a float's bits mapped so that unsigned order is float order, and 0
 // (below every key, -inf included) marks an expert masked out or already taken.  A warp's argmax is
 // then two single-instruction reductions (REDUX max of the keys, REDUX min of the lanes' lowest
@@ -155,12 +145,10 @@ constexpr bool needs_group_smem() {
 
 // One warp per token. Lane l holds experts l, l+32, ...; selection is top_k rounds of a REDUX argmax.
 // `counts` may be global (many routing blocks) or shared memory (one block): a generic atomic.
-// `group_sel` (warps x experts floats) is only touched when needs_group_smem<P>().  `scored`, when
-// not null (kElementwiseScore routers), holds the token's scores and the score bias, computed by the
-// block in shared memory: the same floats this warp would compute from the logits.
+// `group_sel` (warps x experts floats) is only touched when needs_group_smem<P>().
 template <class P, class LogitT>
 __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane, float (*group_sel)[P::kExperts],
-                              int32_t* counts, const float* scored, const float* scored_bias) {
+                              int32_t* counts) {
   constexpr int E = P::kExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize, K = P::kTopK;
   constexpr float kNegInf = -INFINITY;
   const LogitT* __restrict__ logits = static_cast<const LogitT*>(rp.logits);
@@ -169,35 +157,27 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
   // Every load first: the sigmoid's division has a called slow path, and the compiler had placed
   // each logit's load behind the previous expert's division, so the warp paid PER_LANE memory round
   // trips in a row (route_one_block_kernel took 7.7 us at T = 1 under ncu, H200; now 5.5).
+  float logit[PER_LANE], bias[PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int e = lane + i * kWarpSize;
+    logit[i] = e < E ? load_logit(logits + size_t(t) * E + e) : kNegInf;
+    bias[i] = P::kScoreBias && e < E ? load_logit(score_bias + e) : 0.f;
+  }
   float sel[PER_LANE], weight_src[PER_LANE];  // selection value, and the value the weight is made from
-  if (kElementwiseScore<P> && scored) {
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {
-      const int e = lane + i * kWarpSize;
-      const float s = e < E ? scored[e] : kNegInf;
-      weight_src[i] = s;
-      sel[i] = P::kScoreBias && e < E ? s + scored_bias[e] : s;
-    }
-  } else {
-    float logit[PER_LANE], bias[PER_LANE];
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {
-      const int e = lane + i * kWarpSize;
-      logit[i] = e < E ? load_logit(logits + size_t(t) * E + e) : kNegInf;
-      bias[i] = P::kScoreBias && e < E ? load_logit(score_bias + e) : 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) {
-      const int e = lane + i * kWarpSize;
-      const float l = logit[i];
-      sel[i] = l;
-      weight_src[i] = l;
-      if constexpr (kElementwiseScore<P>) {
-        if (e < E) {
-          const float s = router_score<P>(l);
-          weight_src[i] = s;
-          sel[i] = P::kScoreBias ? s + bias[i] : s;
-        }
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int e = lane + i * kWarpSize;
+    const float l = logit[i];
+    sel[i] = l;
+    weight_src[i] = l;
+    if constexpr (P::kRouter == kSigmoidGroupTopK || P::kRouter == kSqrtSoftplusTopK) {
+      if (e < E) {
+        // sigmoid, or sqrt(softplus(l)) with softplus(l) = max(l, 0) + log1p(exp(-|l|)) (no overflow)
+        const float s = P::kRouter == kSigmoidGroupTopK ? 1.0f / (1.0f + expf(-l))
+                                                         : sqrtf(fmaxf(l, 0.f) + log1pf(expf(-fabsf(l))));
+        weight_src[i] = s;
+        sel[i] = P::kScoreBias ? s + bias[i] : s;
       }
     }
   }
@@ -315,48 +295,21 @@ __device__ Choice take_token(const RoutingParams& rp, int t, int lane, int32_t* 
 
 // Where a routing warp's choice comes from: the router (logits of type LogitT) or the caller's ids
 // (of type IdT).  Both kernels below are templated on it.
-// `scored` / `scored_bias`: the block's scores of token t and the score bias, or null (see route_token).
 template <class LogitT>
 struct FromLogits {
-  static constexpr bool kScores = true;  // has scores for the block to compute
   template <class P>
   __device__ static Choice choose(const RoutingParams& rp, int t, int warp, int lane,
-                                  float (*group_sel)[P::kExperts], int32_t* counts, const float* scored = nullptr,
-                                  const float* scored_bias = nullptr) {
-    return route_token<P, LogitT>(rp, t, warp, lane, group_sel, counts, scored, scored_bias);
-  }
-  // The whole block: scores[t * E + e] for the first num_tokens tokens (at most kPerThread per
-  // thread: every load first, as in route_token), and the score bias.
-  template <class P, int kThreads, int kPerThread>
-  __device__ static void score_block(const RoutingParams& rp, float* scores, float* bias) {
-    const LogitT* __restrict__ logits = static_cast<const LogitT*>(rp.logits);
-    const int n = rp.num_tokens * P::kExperts;
-    float v[kPerThread];
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int i = int(threadIdx.x) + j * kThreads;
-      v[j] = i < n ? load_logit(logits + i) : 0.f;
-    }
-    if constexpr (P::kScoreBias)
-      for (int e = threadIdx.x; e < P::kExperts; e += kThreads) bias[e] = load_logit(rp.score_bias + e);
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int i = int(threadIdx.x) + j * kThreads;
-      if (i < n) scores[i] = router_score<P>(v[j]);
-    }
+                                  float (*group_sel)[P::kExperts], int32_t* counts) {
+    return route_token<P, LogitT>(rp, t, warp, lane, group_sel, counts);
   }
 };
 template <class IdT>
 struct FromIds {
-  static constexpr bool kScores = false;
   template <class P>
   __device__ static Choice choose(const RoutingParams& rp, int t, int /*warp*/, int lane,
-                                  float (*/*group_sel*/)[P::kExperts], int32_t* counts, const float* = nullptr,
-                                  const float* = nullptr) {
+                                  float (*/*group_sel*/)[P::kExperts], int32_t* counts) {
     return take_token<P, IdT>(rp, t, lane, counts);
   }
-  template <class P, int kThreads, int kPerThread>
-  __device__ static void score_block(const RoutingParams&, float*, float*) {}
 };
 
 template <class P, bool kSharedCounts, int kThreads>
@@ -446,13 +399,6 @@ struct OneBlockRouting {
   static constexpr int kMaxTokens = P::kFp8Activations ? 2 : kWarps * kTokensPerWarp;
   static_assert(kMaxTokens <= kWarps * kTokensPerWarp, "a warp per token");
   static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
-  // Scores of one logit each (kElementwiseScore) are computed by the whole block into shared memory,
-  // where they fit beside group_sel: one per thread up to 1024 / E tokens, where a token's warp
-  // computed E / 32 in a row (DeepSeek-V4-Flash, T = 1: 1.15 us from the logit loads to the scores, on
-  // an H200).
-  static constexpr bool kBlockScores =
-      kElementwiseScore<P> && !needs_group_smem<P>() && (kMaxTokens + 1) * P::kExperts * 4 <= 36 * 1024;
-  static constexpr int kScoresPerThread = (kMaxTokens * P::kExperts + kWarps * kWarpSize - 1) / (kWarps * kWarpSize);
 };
 
 // One block per launch (the explicit 1: without it ptxas held this kernel to 32 registers and the
@@ -464,14 +410,9 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
   __shared__ float group_sel[needs_group_smem<P>() ? R::kWarps : 1][P::kExperts];
   __shared__ int32_t counts_s[P::kLocalExperts];
   __shared__ int32_t offsets_s[P::kLocalExperts + 1];
-  constexpr bool kBlockScores = R::kBlockScores && Source::kScores;
-  __shared__ float scores_s[kBlockScores ? R::kMaxTokens * P::kExperts : 1];
-  __shared__ float score_bias_s[kBlockScores && P::kScoreBias ? P::kExperts : 1];
   pdl_launch_dependents();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int e = threadIdx.x; e < P::kLocalExperts; e += blockDim.x) counts_s[e] = 0;
-  if constexpr (kBlockScores)
-    Source::template score_block<P, R::kWarps * kWarpSize, R::kScoresPerThread>(rp, scores_s, score_bias_s);
   __syncthreads();
   // W4A8: the warps without a token quantize the hidden rows while the others route (at most
   // kMaxTokens rows, so several warps each).
@@ -486,16 +427,19 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
     const int t = warp + R::kWarps * i;
-    mine[i] = t < rp.num_tokens
-                  ? Source::template choose<P>(rp, t, warp, lane, group_sel, counts_s,
-                                               kBlockScores ? scores_s + size_t(t) * P::kExperts : nullptr,
-                                               kBlockScores ? score_bias_s : nullptr)
-                  : Choice{-1, 0.f, -1};
+    mine[i] = t < rp.num_tokens ? Source::template choose<P>(rp, t, warp, lane, group_sel, counts_s)
+                                : Choice{-1, 0.f, -1};
   }
   __syncthreads();
-  // One warp: with every warp of the block the schedule took 1.2-1.3 us at T = 1-32 (H200), most of
-  // it 32 warps' scans and the barrier between them.
-  if (warp == 0) schedule_block<P, true, kWarpSize>(rp, counts_s, offsets_s);
+  // One warp when it owns at most 4 experts per lane: with every warp of the block the schedule took
+  // 1.1-1.3 us at T = 1-16 (clock64 stamps, H200), most of it 32 warps' scans and the barrier between
+  // them, and one warp 0.7-1.0 us for gpt-oss-120b's 128 experts; with 8 per lane (256 experts) one
+  // warp took 1.7 us from T = 4, against 1.3.
+  if constexpr (P::kLocalExperts <= 4 * kWarpSize) {
+    if (warp == 0) schedule_block<P, true, kWarpSize>(rp, counts_s, offsets_s);
+  } else {
+    schedule_block<P, true, R::kWarps * kWarpSize>(rp, counts_s, offsets_s);
+  }
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {

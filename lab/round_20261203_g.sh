@@ -55,6 +55,21 @@ S2)
     python3 lab/routing_stamps.py generated/_exp/stamps_$v/deepseek-v4-flash/sm90 1,4,16,32
     python3 lab/routing_stamps.py generated/_exp/stamps_$v/gpt-oss-120b/sm90 1,16
   done ;;
+R2)
+  # one warp's schedule up to 128 local experts, against ccbe5a3 (route0)
+  A=generated/_exp/route0; B=generated/_exp/route2; OUTD=generated/_exp/roundg; mkdir -p $OUTD
+  for m in gpt-oss-120b qwen3-30b-a3b; do
+    timeout -k 5 100 python3 lab/bitwise_ab.py $A/$m/sm90 $B/$m/sm90 $m --tokens 1,5,32,33,300 > $OUTD/bitwise2-$m.txt 2>&1
+    echo "bitwise $m rc $?: $(grep -c ': equal' $OUTD/bitwise2-$m.txt) equal"; grep -v ': equal' $OUTD/bitwise2-$m.txt | grep -v Warn | tail -3
+  done
+  for m in gpt-oss-120b qwen3-30b-a3b; do
+    for o in a b; do
+      if [ $o = a ]; then D=$B; C=ccbe5a3=$A/$m/sm90; else D=$A; C=new=$B/$m/sm90; fi
+      timeout -k 5 120 python3 -m moegen bench --model $m --out $D --compare $C --tokens 1,2,4,8,16 --rounds 4 \
+        --json $OUTD/bench2-$m-$o.json > $OUTD/bench2-$m-$o.txt 2>&1
+      echo "bench $m $o rc $?"; grep -v Warning $OUTD/bench2-$m-$o.txt | tail -12 | cut -d'|' -f2-8,13
+    done
+  done ;;
 T)
   # the GPU tests (MODEL-free: every BF16 variant, or the -k expression given as MOEGEN_K)
   cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }

@@ -73,7 +73,7 @@ R2)
 T)
   # the GPU tests (MODEL-free: every BF16 variant, or the -k expression given as MOEGEN_K)
   cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }
-  timeout -k 5 500 python3 -m pytest -m gpu tests/test_gpu_layer.py -k "${MOEGEN_K:-not nothing}" -q -p no:cacheprovider > /tmp/gputest.txt 2>&1
+  timeout -k 5 ${MOEGEN_T_TIMEOUT:-500} python3 -m pytest -m gpu tests/test_gpu_layer.py -k "${MOEGEN_K:-not nothing}" -q -p no:cacheprovider > /tmp/gputest.txt 2>&1
   echo "gpu tests rc $?"; grep -E "seed|passed|failed|error" /tmp/gputest.txt | tail -8 ;;
 esac
 done

@@ -75,5 +75,12 @@ T)
   cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }
   timeout -k 5 ${MOEGEN_T_TIMEOUT:-500} python3 -m pytest -m gpu tests/test_gpu_layer.py -k "${MOEGEN_K:-not nothing}" -q -p no:cacheprovider > /tmp/gputest.txt 2>&1
   echo "gpu tests rc $?"; grep -E "seed|passed|failed|error" /tmp/gputest.txt | tail -8 ;;
+W)
+  # the W4A8 GPU tests of the variants with at most 128 local experts (one warp's schedule), on the
+  # tests' libraries carried from here
+  cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }
+  timeout -k 5 300 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider \
+    -k "gpt-oss-120b-w4a8 or qwen3-30b-a3b-w4a8 or qwen3-30b-a3b-ep1of4-w4a8" > /tmp/gputest-w4a8.txt 2>&1
+  echo "gpu tests rc $?"; grep -E "seed|passed|failed|error" /tmp/gputest-w4a8.txt | tail -8 ;;
 esac
 done

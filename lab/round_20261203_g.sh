@@ -70,6 +70,32 @@ R2)
       echo "bench $m $o rc $?"; grep -v Warning $OUTD/bench2-$m-$o.txt | tail -12 | cut -d'|' -f2-8,13
     done
   done ;;
+R3)
+  # one expert per schedule thread, only as many warps as that takes (route3) against ccbe5a3 (route0):
+  # bits, the GPU tests (BF16, and W4A8 up to 128 local experts), the timeline, the bench
+  A=generated/_exp/route0; B=generated/_exp/route3; OUTD=generated/_exp/roundg; mkdir -p $OUTD
+  for m in deepseek-v4-flash gpt-oss-120b; do
+    timeout -k 5 100 python3 lab/bitwise_ab.py $A/$m/sm90 $B/$m/sm90 $m --tokens 1,5,32,33,300 > $OUTD/bitwise3-$m.txt 2>&1
+    echo "bitwise $m rc $?: $(grep -c ': equal' $OUTD/bitwise3-$m.txt) equal"; grep -v ': equal' $OUTD/bitwise3-$m.txt | grep -v Warn | tail -3
+  done
+  cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }
+  timeout -k 5 150 python3 -m pytest -m gpu tests/test_gpu_layer.py -q -p no:cacheprovider > /tmp/gputest.txt 2>&1
+  echo "gpu tests rc $?"; grep -E "seed|passed|failed|error" /tmp/gputest.txt | tail -4
+  timeout -k 5 100 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider \
+    -k "gpt-oss-120b-w4a8 or qwen3-30b-a3b-w4a8 or qwen3-30b-a3b-ep1of4-w4a8" > /tmp/gputest-w4a8.txt 2>&1
+  echo "gpu tests w4a8 rc $?"; grep -E "seed|passed|failed|error" /tmp/gputest-w4a8.txt | tail -4
+  for lib in $A $B; do
+    echo "== timeline $lib"
+    python3 tools/timeline.py deepseek-v4-flash 1,4,16 $lib/deepseek-v4-flash/sm90 2>&1 | grep -A1 "^T="
+    python3 tools/timeline.py gpt-oss-120b 1,16 $lib/gpt-oss-120b/sm90 2>&1 | grep -A1 "^T="
+  done
+  m=deepseek-v4-flash
+  for o in a b; do
+    if [ $o = a ]; then D=$B; C=ccbe5a3=$A/$m/sm90; else D=$A; C=new=$B/$m/sm90; fi
+    timeout -k 5 120 python3 -m moegen bench --model $m --out $D --compare $C --tokens 1,2,4,8,16 --rounds 4 \
+      --json $OUTD/bench3-$m-$o.json > $OUTD/bench3-$m-$o.txt 2>&1
+    echo "bench $m $o rc $?"; grep -v Warning $OUTD/bench3-$m-$o.txt | tail -12 | cut -d'|' -f2-5
+  done ;;
 T)
   # the GPU tests (MODEL-free: every BF16 variant, or the -k expression given as MOEGEN_K)
   cp -n generated/_carrystore/.objects/* generated/.objects/ 2>/dev/null || { mkdir -p generated/.objects && cp generated/_carrystore/.objects/* generated/.objects/; }

@@ -431,15 +431,13 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
                                 : Choice{-1, 0.f, -1};
   }
   __syncthreads();
-  // One warp when it owns at most 4 experts per lane: with every warp of the block the schedule took
-  // 1.1-1.3 us at T = 1-16 (clock64 stamps, H200), most of it 32 warps' scans and the barrier between
-  // them, and one warp 0.7-1.0 us for gpt-oss-120b's 128 experts; with 8 per lane (256 experts) one
-  // warp took 1.7 us from T = 4, against 1.3.
-  if constexpr (P::kLocalExperts <= 4 * kWarpSize) {
-    if (warp == 0) schedule_block<P, true, kWarpSize>(rp, counts_s, offsets_s);
-  } else {
-    schedule_block<P, true, R::kWarps * kWarpSize>(rp, counts_s, offsets_s);
-  }
+  // One expert per thread, and only as many warps as that takes: with every warp of the block the
+  // schedule took 1.1-1.3 us at T = 1-16 (clock64 stamps, H200), most of it 32 warps' scans and the
+  // barrier between them; one warp took 0.7-1.0 us for gpt-oss-120b's 128 experts, but with 8 per
+  // lane (256 experts) 1.7 us from T = 4.
+  constexpr int kScheduleWarps = (P::kLocalExperts + kWarpSize - 1) / kWarpSize < R::kWarps
+                                     ? (P::kLocalExperts + kWarpSize - 1) / kWarpSize : R::kWarps;
+  if (warp < kScheduleWarps) schedule_block<P, true, kScheduleWarps * kWarpSize>(rp, counts_s, offsets_s);
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
@@ -468,11 +466,11 @@ __device__ __forceinline__ void warp_inclusive_scan3(int lane, int& a, int& b, i
   }
 }
 
-// kThreads threads, all of which must call it (a block, or one warp with kThreads = 32): exclusive scan
-// of the per-expert counts, then the work tiles of both GEMMs.  Thread i owns a run of consecutive
-// experts; a warp scan, and with several warps their totals through shared memory and a second warp
-// scan, give every thread its offsets.  The offsets also go to `offsets_smem`, where the block's
-// scatter reads them after a __syncthreads().
+// Threads [0, kThreads) of the block call it, all of them: exclusive scan of the per-expert counts,
+// then the work tiles of both GEMMs.  Thread i owns a run of consecutive experts; a warp scan, and with
+// several warps their totals through shared memory (named barrier 1 over the kThreads threads) and a
+// second warp scan, give every thread its offsets.  The offsets also go to `offsets_smem`, where the
+// block's scatter reads them after a __syncthreads().
 template <class P, bool kSharedCounts, int kThreads>
 __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, int32_t* offsets_smem) {
   constexpr int E = P::kLocalExperts, PER_THREAD = (E + kThreads - 1) / kThreads, kWarps = kThreads / kWarpSize;
@@ -503,7 +501,7 @@ __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, i
       totals_s[warp][1] = incl_t1;
       totals_s[warp][2] = incl_t2;
     }
-    __syncthreads();
+    asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
     int w_rows = lane < kWarps ? totals_s[lane][0] : 0, w_t1 = lane < kWarps ? totals_s[lane][1] : 0,
         w_t2 = lane < kWarps ? totals_s[lane][2] : 0;
     warp_inclusive_scan3(lane, w_rows, w_t1, w_t2);

@@ -4,6 +4,7 @@
 #      (lab/experiments/run_l2_prefetch_in_routing.sh run: bit for bit on/off, timelines over atom counts).
 #   N  narrower wgmma widths for partial N tiles, kNStep = BN / 8 (lab/experiments/run_nstep8.sh run:
 #      bit for bit against the same kernels at BN / 4, then `moegen bench` of both at T = 1024-16384).
+#   N2 the same bench with the step8 library listed first.
 # Each part's output goes to $OUT/<part>.txt (DEVICE_OUT) and its tail to stdout.
 set -uo pipefail
 source lab/device_env.sh
@@ -13,6 +14,7 @@ for part in "$@"; do
 case $part in
 L) bash lab/experiments/run_l2_prefetch_in_routing.sh run > $D/L.txt 2>&1; tail -40 $D/L.txt ;;
 N) DEVICE_OUT=$D bash lab/experiments/run_nstep8.sh run > $D/N.txt 2>&1; tail -30 $D/N.txt ;;
+N2) DEVICE_OUT=$D bash lab/experiments/run_nstep8.sh run_reversed > $D/N2.txt 2>&1; tail -30 $D/N2.txt ;;
 *) echo "unknown part $part" ;;
 esac
 done

@@ -4,7 +4,7 @@
 # so with BN = 128 about half of them run the 128-wide wgmma for ~100 rows (step 32: ~16 % more MMA
 # work than rows; step 16: ~8 %).  From T = 4096 the BF16 GEMMs are bound by the tensor cores.
 #   lab/experiments/run_nstep8.sh build    (here; PYTHON=/abs/path/python)
-#   lab/experiments/run_nstep8.sh run      (the GPU machine, after source lab/device_env.sh)
+#   lab/experiments/run_nstep8.sh run|run_reversed      (the GPU machine, after source lab/device_env.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 EXP=generated/_exp/nstep
@@ -36,5 +36,11 @@ run)
       --tokens 1024,4096,16384 --rounds 4 --json ${DEVICE_OUT:-/tmp}/nstep_$m.json 2>&1 | tail -8
   done
   ;;
+run_reversed)  # the same bench, step8 listed first
+  for m in $MODELS; do
+    echo "== $m"
+    timeout -k 5 300 python3 -m moegen bench --model $m --out $EXP/step8 --compare base=$EXP/base/$m/sm90 \
+      --tokens 1024,4096,16384 --rounds 4 --json ${DEVICE_OUT:-/tmp}/nstep_rev_$m.json 2>&1 | tail -8
+  done ;;
 *) echo "usage: $0 build|run" >&2; exit 2 ;;
 esac

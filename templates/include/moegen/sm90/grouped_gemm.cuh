@@ -170,9 +170,14 @@ struct GroupedGemm {
   static constexpr int kStepKBlocks = kKBlocks / kStepsK, kStepAtomsK = kAtomsK / kStepsK;
   static constexpr int kLastTileSteps = kPartialLastTile ? kKPad % BK / Tile_::StepK : kStepsK;
   static constexpr int kLastTileAtomsK = kLastTileSteps * kStepAtomsK;
-  // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep (at most 4 widths,
-  // so the mainloop is instantiated at most 4 times).
-  static constexpr int kNStep = BN / 4 > 8 ? BN / 4 : 8;
+  // A tile with fewer token rows runs a narrower wgmma: N in steps of kNStep, so the mainloop is
+  // instantiated once per width.  An expert's last tile pads half a step on average: 256-wide BF16
+  // tiles step by 32 (8 widths), which made gpt-oss-120b 2.3 % faster at T = 4096 (~128 rows per
+  // expert) than steps of 64; 8 widths gained nothing measurable on 64- and 128-wide tiles (H200,
+  // docs/benchmarks.md, "Narrower widths for an expert's last tile").  The persistent tile loop keeps
+  // 4: ptxas holds every instantiation's addresses live across its tiles.
+  static constexpr int kNWidths = BN > 128 && !kFp8 && !kPersistent ? 8 : 4;
+  static constexpr int kNStep = BN / kNWidths > 8 ? BN / kNWidths : 8;
   static_assert(BN % kNStep == 0, "wgmma widths are multiples of the step");
 
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Act>{},

@@ -4,6 +4,8 @@
 # route_one_block_kernel, no spills; not yet run on a GPU).  At T = 1 HBM idles from top-k's end to
 # GEMM1's first weight copy, about 3 us (docs/benchmarks.md, "Decode: the routing kernel in front of
 # GEMM1"); a routing kernel that cost nothing bounds the gain at 2.8 us on DeepSeek-V4-Flash.
+# Ran 2026-12-03 (round h, part L): not kept.  One block prefetches at ~0.2 TB/s and the kernel ends after
+# its prefetches; GEMM1 was no faster with up to 24 % of its weights in L2 (docs/benchmarks.md).
 #   lab/experiments/run_l2_prefetch_in_routing.sh build    (here: patched tree, default builds; PYTHON=.venv/bin/python)
 #   lab/experiments/run_l2_prefetch_in_routing.sh run      (the GPU machine, after source lab/device_env.sh)
 # MOEGEN_LAB_L2_ATOMS: K atoms (64 deep, 2 KB) per 64-row slice of each chosen expert (0: off);

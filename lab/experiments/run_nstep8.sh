@@ -3,6 +3,8 @@
 # instantiations) instead of BN / 4.  At T = 4096 DeepSeek-V4-Flash's experts hold ~96 +- 10 token rows,
 # so with BN = 128 about half of them run the 128-wide wgmma for ~100 rows (step 32: ~16 % more MMA
 # work than rows; step 16: ~8 %).  From T = 4096 the BF16 GEMMs are bound by the tensor cores.
+# Ran 2026-12-03 (round h, parts N and N2): only the n256 tiles gained (gpt-oss-120b T = 4096, -2.3 %), kept in
+# 2bbf76e for 256-wide BF16 tiles; docs/benchmarks.md, "Narrower widths for an expert's last tile".
 #   lab/experiments/run_nstep8.sh build    (here; PYTHON=/abs/path/python)
 #   lab/experiments/run_nstep8.sh run|run_reversed      (the GPU machine, after source lab/device_env.sh)
 set -uo pipefail

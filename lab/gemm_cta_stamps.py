@@ -18,16 +18,13 @@ import torch
 from moegen.bench import input_sets
 from moegen.runtime import load
 from moegen.testing import random_weights
+from picks import parse_picks
 
 MAX_CTAS = 16384  # the patch's kLabMaxCtas
 layer = load(Path(sys.argv[1]))
 tokens = [int(t) for t in sys.argv[2].split(",")]
 names = [k.name for k in layer.kernels]
-picks = {}
-for item in (sys.argv[3].split(",") if len(sys.argv) > 3 else []):
-    t, pair = item.split("=")
-    g1, g2 = pair.split("+")
-    picks[int(t)] = (names.index(f"moegen_sm90_gemm1_{g1}"), names.index(f"moegen_sm90_gemm2_{g2}"))
+picks = parse_picks(layer, sys.argv[3] if len(sys.argv) > 3 else None)
 dll = layer.library.dll
 dll.moegen_lab_cta_stamps.argtypes = [ctypes.c_void_p]
 assert dll.moegen_lab_cta_stamps(None) == 0  # allocate before any capture

@@ -14,17 +14,13 @@ import torch
 from moegen.bench import input_sets
 from moegen.runtime import load
 from moegen.testing import random_weights
+from picks import parse_picks
 
 PHASES = ["zero counts + barrier", "logit loads + scores", "top-k", "weights, counts, stores",
           "barrier", "schedule", "barrier", "scatter"]
 layer = load(Path(sys.argv[1]))
 tokens = [int(t) for t in sys.argv[2].split(",")]
-names = [k.name for k in layer.kernels]
-picks = {}
-for item in (sys.argv[3].split(",") if len(sys.argv) > 3 else []):
-    t, pair = item.split("=")
-    g1, g2 = pair.split("+")
-    picks[int(t)] = (names.index(f"moegen_sm90_gemm1_{g1}"), names.index(f"moegen_sm90_gemm2_{g2}"))
+picks = parse_picks(layer, sys.argv[3] if len(sys.argv) > 3 else None)
 w = random_weights(layer.spec, "cuda", 1, layer.weight_layout)
 dll = layer.library.dll
 buf = (ctypes.c_longlong * 16)()

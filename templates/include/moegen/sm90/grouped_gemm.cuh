@@ -175,7 +175,7 @@ struct GroupedGemm {
   // tiles step by 32 (8 widths), which made gpt-oss-120b 2.3 % faster at T = 4096 (~128 rows per
   // expert) than steps of 64; 8 widths gained nothing measurable on 64- and 128-wide tiles (H200,
   // docs/benchmarks.md, "Narrower widths for an expert's last tile").  The persistent tile loop keeps
-  // 4: ptxas holds every instantiation's addresses live across its tiles.
+  // 4: ptxas holds every instantiation's addresses live across its tiles.  W4A8 keeps 4 until measured.
   static constexpr int kNWidths = BN > 128 && !kFp8 && !kPersistent ? 8 : 4;
   static constexpr int kNStep = BN / kNWidths > 8 ? BN / kNWidths : 8;
   static_assert(BN % kNStep == 0, "wgmma widths are multiples of the step");
@@ -552,8 +552,8 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   // its token rows through L2, which then come from HBM once rather than once per row tile.
   const int num_tiles = __ldcg(p.num_work) * G::kMTiles;
   if (int(blockIdx.x) >= num_tiles) return;  // the grid is sized for the worst routing; idle CTAs leave
-  // One L2 round trip: the schedule holds each work tile's end row (it used to be offsets[expert + 1],
-  // a second round trip behind the expert's).
+  // One L2 round trip: the schedule holds each work tile's end row, so it need not be looked up by
+  // expert (offsets[expert + 1]) in a second round trip.
   auto load_tile = [&](int tile) {
     const int work = tile / G::kMTiles;
     return WorkTile{__ldcg(p.work_expert + work), tile % G::kMTiles, __ldcg(p.work_row0 + work),

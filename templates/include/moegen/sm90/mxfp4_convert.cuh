@@ -19,8 +19,8 @@ namespace moegen::sm90 {
 
 // Both multipliers of a fragment row in one bf16x2: low half scale group 0, high half group 1 of
 // the atom.  The stored word is [(g, 0) (g+8, 0) (g, 1) (g+8, 1)]: rows g take bytes 0 and 2, rows
-// g + 8 bytes 1 and 3, each moved onto the bf16 exponent field (bits 7..14 of its half).  Four
-// multipliers used to cost four byte permutes and four shifts.
+// g + 8 bytes 1 and 3, each moved onto the bf16 exponent field (bits 7..14 of its half): one
+// shift and one AND per row pair, not a byte permute and a shift per multiplier.
 __device__ __forceinline__ uint32_t scale_pair_rows_g(uint32_t scale_word) { return (scale_word << 7) & 0x7F807F80u; }
 __device__ __forceinline__ uint32_t scale_pair_rows_g8(uint32_t scale_word) { return (scale_word >> 1) & 0x7F807F80u; }
 

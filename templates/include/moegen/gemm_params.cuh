@@ -24,6 +24,14 @@ struct GemmParams {
   const float* row_weight;       // [rows] routing weight per permuted row (GEMM2)
   void* out;                     // epilogue output rows, of the epilogue's type (Epilogue::Out)
   int schedule_ready;            // the schedule predates the previous kernel: read it before pdl wait
+  // GEMM1 -> GEMM2 per expert: GEMM2's tiles start as their expert's `h` rows land rather than when the
+  // last GEMM1 CTA ends (at decode GEMM1's CTAs end over a long tail).  GEMM1 adds token rows x weight
+  // rows per finished tile to progress_add[expert]; GEMM2 waits per tile until progress_wait[expert]
+  // reaches the expert's rows x progress_per_row (GEMM1's N).  nullptr: GEMM2 waits for all of GEMM1.
+  unsigned long long* progress_add;
+  const unsigned long long* progress_wait;
+  const int32_t* expert_row0;    // [E] the expert's first row (routing's offsets): GEMM2's target
+  unsigned long long progress_per_row;
 };
 
 // Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`).  `rows` is the

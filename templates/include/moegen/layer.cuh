@@ -85,6 +85,7 @@ struct RoutingWorkspace {
   int32_t* work2_row0;
   int32_t* work2_row_end;
   int32_t* num_work;
+  unsigned long long* expert_progress;
 
   void carve(Carver& c, int num_tokens) {
     const long rows = long(num_tokens) * P::kTopK;
@@ -103,6 +104,7 @@ struct RoutingWorkspace {
     c.take(work2_row0, max_work);
     c.take(work2_row_end, max_work);
     c.take(num_work, 2);
+    c.take(expert_progress, P::kLocalExperts);
   }
 };
 
@@ -171,6 +173,7 @@ int run_routing(RoutingParams& rp, const RoutingWorkspace<P>& ws, int bn1, int b
   rp.work2_row0 = ws.work2_row0;
   rp.work2_row_end = ws.work2_row_end;
   rp.num_work = ws.num_work;
+  rp.expert_progress = ws.expert_progress;
   rp.row_token = ws.row_token;
   rp.row_weight = ws.row_weight;
   rp.token_row = ws.token_row;

@@ -46,6 +46,7 @@ struct RoutingParams {
   int32_t* work2_row0;
   int32_t* work2_row_end;
   int32_t* num_work;        // [2]
+  unsigned long long* expert_progress;  // [E_local] GEMM1's finished tiles per expert (GemmParams), zeroed here
   int32_t* row_token;       // [rows] permuted row -> token
   float* row_weight;        // [rows]
   int32_t* token_row;       // [T, K] -> permuted row or -1
@@ -522,6 +523,7 @@ __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, i
     if (e < E) {
       rp.offsets[e] = row;
       offsets_smem[e] = row;
+      rp.expert_progress[e] = 0;
       for (int r = 0; r < c[i]; r += rp.bn1, ++t1) {
         rp.work1_expert[t1] = e;
         rp.work1_row0[t1] = row + r;

@@ -254,6 +254,17 @@ __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
       " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase), "r"(0x989680) : "memory");
 }
 
+// GEMM1's finished tiles, per expert (GemmParams::progress_add): its `h` stores, ordered before the
+// release by the consumers' barrier, are visible to whoever acquires the sum.
+__device__ __forceinline__ void progress_release_add(unsigned long long* counter, unsigned long long value) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;\n" ::"l"(counter), "l"(value) : "memory");
+}
+__device__ __forceinline__ unsigned long long progress_acquire(const unsigned long long* counter) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(counter) : "memory");
+  return v;
+}
+
 // One (work tile, weight-row tile) pair: the expert, its 0-based weight-row tile, the tile's first
 // token row and the expert's end row.
 struct WorkTile {
@@ -637,8 +648,26 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         CUTE_UNROLL
         for (int kt = 0; kt < kPrologue; ++kt)
           if (issues_weights(kt)) issue_weights(kt);
-        if (p.schedule_ready) pdl_wait();
+        if (p.schedule_ready && !p.progress_wait) pdl_wait();
         pdl_launch_dependents();
+      }
+      if (p.progress_wait) {
+        // This tile's B rows are GEMM1's `h` rows of one expert: wait for that expert's GEMM1 tiles
+        // only.  Every GEMM1 CTA started before this grid launched (PDL), so the sum arrives; a
+        // bounded spin falls back to waiting for all of GEMM1, which is always enough.
+        if (lane == 0) {
+          const unsigned long long target =
+              (unsigned long long)(t.row_end - __ldcg(p.expert_row0 + t.expert)) * p.progress_per_row;
+          int spins = 0;
+          while (progress_acquire(p.progress_wait + t.expert) < target) {
+            if (++spins == (1 << 16)) {
+              pdl_wait();
+              break;
+            }
+            __nanosleep(64);
+          }
+        }
+        __syncwarp();
       }
       // Byte pointers: a 16-byte chunk is 8 bf16 or 16 e4m3 values (G::kChunkValues).
       const uint8_t* act = static_cast<const uint8_t*>(p.act);
@@ -678,7 +707,8 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
 
   // ================================ consumer warpgroups ================================
   if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
-  if (p.schedule_ready) pdl_wait();  // the epilogue reads routing outputs
+  // The epilogue reads routing outputs; with per-expert progress (BF16 GEMM2) those predate GEMM1.
+  if (p.schedule_ready && !p.progress_wait) pdl_wait();
   pdl_launch_dependents();
   uint32_t pass = 0;
   for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
@@ -689,6 +719,13 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     const uint32_t phase0 = (pass * uint32_t(kKTiles / Stages)) & 1u;
     consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t,
                                      &ss.row_factor[Epilogue::kRowFactors ? pass & 1 : 0][0], full0, empty0, phase0);
+    if (p.progress_add) {
+      asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");  // every consumer's stores
+      if (tid == 0) {
+        const int weight_rows = min(G::BM, G::kN - t.m_tile * G::BM);
+        progress_release_add(p.progress_add + t.expert, (unsigned long long)rows * (unsigned long long)weight_rows);
+      }
+    }
     if constexpr (!G::kPersistent) break;  // one tile (gemm2 k128s6 spilled 124-324 B holding the loop)
     ++pass;
   }

@@ -44,6 +44,24 @@ struct Pipeline {
     return c.bytes();
   }
 
+  // GEMM2 follows GEMM1 per expert (GemmParams::progress_add / progress_wait) from 2 to 8 tokens:
+  // there GEMM1's CTAs end over a tail of waves through which GEMM2's CTAs would sit in pdl_wait
+  // (H200, the shipped picks, both bench orders: T = 2 3.7 % faster on DeepSeek-V4-Flash and 17 % on
+  // gpt-oss-120b, T = 4 5-6 % on both, T = 8 within noise).  At T = 1 the CTAs end together and the
+  // polling cost 1.4-2.7 %; from T = 16 it gained nothing and cost up to 1.7 %.  W4A8's GEMM2 follows
+  // the `h` quantizer's grid.  MOEGEN_GEMM2_WAIT=expert | grid overrides the choice (a switch for
+  // benchmarking the two).
+  static bool gemm2_waits_by_expert(int num_tokens) {
+    static const int mode = [] {
+      const char* v = getenv("MOEGEN_GEMM2_WAIT");
+      if (v && strcmp(v, "grid") == 0) return 0;
+      if (v && strcmp(v, "expert") == 0) return 1;
+      return -1;
+    }();
+    if (P::kFp8Activations) return false;
+    return mode >= 0 ? mode == 1 : num_tokens >= 2 && num_tokens <= 8;
+  }
+
   static int run(const RoutingParams& rp, const Workspace& ws, const moegen_weights& w, const void* hidden, void* out,
                  const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
     const RoutingWorkspace<P>& r = ws.routing;
@@ -63,6 +81,8 @@ struct Pipeline {
     g1.num_work = r.num_work;
     g1.out = ws.h;
     g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
+    const bool by_expert = gemm2_waits_by_expert(T);
+    if (by_expert) g1.progress_add = r.expert_progress;
     int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
                                                         rows, stream);
     if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
@@ -89,6 +109,11 @@ struct Pipeline {
     g2.row_weight = r.row_weight;
     g2.out = ws.y;
     g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
+    if (by_expert) {
+      g2.progress_wait = r.expert_progress;
+      g2.expert_row0 = r.offsets;
+      g2.progress_per_row = 2ull * P::kInter;  // GEMM1's weight rows: gate and up per `h` column
+    }
     rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));

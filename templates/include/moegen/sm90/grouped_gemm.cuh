@@ -120,6 +120,10 @@ struct GroupedGemm {
   using Epilogue = Epilogue_;
   using ActType = Act;
   static constexpr bool kFp8 = std::is_same_v<Act, float_e4m3_t>;
+  // GEMM2 following GEMM1 per expert (GemmParams::progress_add / progress_wait): BF16 only, as the layer
+  // uses it (W4A8's GEMM2 follows the `h` quantizer's grid).  Compiled out of W4A8 kernels: its code
+  // made ptxas spill 140 B in m256n64k128s4 (nvcc 13.0).
+  static constexpr bool kExpertProgress = !kFp8;
   static_assert(kFp8 || std::is_same_v<Act, bfloat16_t>, "activations: bf16 or e4m3");
   static_assert(kFp8 == Epilogue::kActScale, "e4m3 activations carry per-row scales into the epilogue");
   static_assert(!kFp8 || Tile_::BK == 128, "W4A8 promotes its partial sums once per K tile: one interval, 128");
@@ -648,10 +652,10 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         CUTE_UNROLL
         for (int kt = 0; kt < kPrologue; ++kt)
           if (issues_weights(kt)) issue_weights(kt);
-        if (p.schedule_ready && !p.progress_wait) pdl_wait();
+        if (p.schedule_ready && !(G::kExpertProgress && p.progress_wait)) pdl_wait();
         pdl_launch_dependents();
       }
-      if (p.progress_wait) {
+      if (G::kExpertProgress && p.progress_wait) {
         // This tile's B rows are GEMM1's `h` rows of one expert: wait for that expert's GEMM1 tiles
         // only.  Every GEMM1 CTA started before this grid launched (PDL), so the sum arrives; a
         // bounded spin falls back to waiting for all of GEMM1, which is always enough.
@@ -708,7 +712,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
   // ================================ consumer warpgroups ================================
   if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
   // The epilogue reads routing outputs; with per-expert progress (BF16 GEMM2) those predate GEMM1.
-  if (p.schedule_ready && !p.progress_wait) pdl_wait();
+  if (p.schedule_ready && !(G::kExpertProgress && p.progress_wait)) pdl_wait();
   pdl_launch_dependents();
   uint32_t pass = 0;
   for (int tile = blockIdx.x; tile < num_tiles; tile += tile_stride) {
@@ -719,7 +723,7 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
     const uint32_t phase0 = (pass * uint32_t(kKTiles / Stages)) & 1u;
     consume_dispatch<G, Epilogue, 1>(p, ss, (rows + G::kNStep - 1) / G::kNStep, t,
                                      &ss.row_factor[Epilogue::kRowFactors ? pass & 1 : 0][0], full0, empty0, phase0);
-    if (p.progress_add) {
+    if (G::kExpertProgress && p.progress_add) {
       asm volatile("bar.sync 1, %0;\n" ::"r"(G::kConsumerThreads) : "memory");  // every consumer's stores
       if (tid == 0) {
         const int weight_rows = min(G::BM, G::kN - t.m_tile * G::BM);

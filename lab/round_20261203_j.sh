@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Round j (2026-12-03):
+#   S   W4A8 K tiles issued as two half-width wgmma batches (lab/experiments/w4a8_split_promotion.patch
+#       on 455d803), each half's promotion overlapping the other half's wgmmas
+#       (generated/_exp/split_promote/new, built with the patch applied) against
+#       the shipped mainloop (generated/_exp/split_promote/base, 455d803): bit for bit on
+#       DeepSeek-V4-Flash's default W4A8 build, then `moegen bench --activations fp8`, base listed
+#       first.  S2: the same bench, the new library listed first.
+#   P   W4A8 kernels without the per-expert progress code (the working tree; ptxas spilled 140 B in
+#       455d803's m256n64k128s4, DeepSeek-V4-Flash's GEMM1 pick at T = 1024): the default W4A8 build
+#       (generated/) against 455d803's (generated/_exp/split_promote/base), bit for bit, then
+#       `moegen bench --activations fp8`, both orders.
+#   G8  the W4A8 GPU tests (tests/test_gpu_w4a8.py), every variant (their libraries build here if stale).
+#   G   the BF16 GPU tests (tests/test_gpu_layer.py), every variant.
+# Each part's output goes to $OUT/<part>.txt (DEVICE_OUT) and its tail to stdout.
+set -uo pipefail
+source lab/device_env.sh
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,driver_version --format=csv
+D=${OUT:-/tmp}
+X=generated/_exp/split_promote
+for part in "$@"; do
+case $part in
+S) for m in ${MODELS:-deepseek-v4-flash}; do
+     echo "== $m"
+     timeout -k 5 200 python3 lab/bitwise_ab.py $X/base/$m-w4a8/sm90 $X/new/$m-w4a8/sm90 $m --activations fp8 \
+       --tokens 1,5,33,97,300,1030,4100 2>&1 | grep -v ": equal" | tail -4
+     timeout -k 5 400 python3 -m moegen bench --model $m --activations fp8 --out $X/base \
+       --compare split=$X/new/$m-w4a8/sm90 --tokens ${TOKENS:-64,256,1024,4096,16384} \
+       --rounds 4 --json $D/split_$m.json 2>&1 | tail -12
+   done > $D/S.txt 2>&1; tail -40 $D/S.txt ;;
+S2) for m in ${MODELS:-deepseek-v4-flash}; do
+     echo "== $m"
+     timeout -k 5 400 python3 -m moegen bench --model $m --activations fp8 --out $X/new \
+       --compare base=$X/base/$m-w4a8/sm90 --tokens ${TOKENS:-64,256,1024,4096,16384} \
+       --rounds 4 --json $D/split_rev_$m.json 2>&1 | tail -12
+   done > $D/S2.txt 2>&1; tail -30 $D/S2.txt ;;
+P) for m in ${MODELS:-deepseek-v4-flash}; do
+     echo "== $m"
+     timeout -k 5 200 python3 lab/bitwise_ab.py $X/base/$m-w4a8/sm90 generated/$m-w4a8/sm90 $m --activations fp8 \
+       --tokens 1,5,300,1030,4100 2>&1 | grep -v ": equal" | tail -4
+     timeout -k 5 300 python3 -m moegen bench --model $m --activations fp8 --out $X/base \
+       --compare fixed=generated/$m-w4a8/sm90 --tokens ${TOKENS:-256,1024,4096} --rounds 4 --json $D/fix_$m.json 2>&1 | tail -8
+     timeout -k 5 300 python3 -m moegen bench --model $m --activations fp8 \
+       --compare base=$X/base/$m-w4a8/sm90 --tokens ${TOKENS:-256,1024,4096} --rounds 4 --json $D/fix_rev_$m.json 2>&1 | tail -8
+   done > $D/P.txt 2>&1; tail -30 $D/P.txt ;;
+G8) timeout -k 5 ${G8_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider > $D/G8.txt 2>&1
+   grep -E "passed|failed|error|seed" $D/G8.txt | tail -8 ;;
+G) timeout -k 5 ${G_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_layer.py ${GPU_VARIANTS:+-k "$GPU_VARIANTS"} -q -p no:cacheprovider > $D/G.txt 2>&1
+   grep -E "passed|failed|error|seed" $D/G.txt | tail -8 ;;
+*) echo "unknown part $part" ;;
+esac
+done

@@ -3,7 +3,7 @@
 tools/gpu_check.sh runs this before the tests so that their builds use all cores at once; the tests
 themselves would build each variant on first use, one at a time.  `--sequential` builds one variant
 at a time (a 2-core machine; tools/stage_carry.sh then carries the libraries to the device);
-`--w4a8` builds only the W4A8 variants.
+`--w4a8` builds only the W4A8 variants, `--bf16` only the others.
 """
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -23,7 +23,8 @@ def build_variant(variant: str, jobs: int = 4) -> str:
 
 if __name__ == "__main__":
     from gpu_variants import VARIANTS, W4A8_VARIANTS
-    variants = [*W4A8_VARIANTS] if "--w4a8" in sys.argv else [*VARIANTS, *W4A8_VARIANTS]
+    variants = ([*W4A8_VARIANTS] if "--w4a8" in sys.argv else [*VARIANTS] if "--bf16" in sys.argv
+                else [*VARIANTS, *W4A8_VARIANTS])
     if "--sequential" in sys.argv:  # a small machine: one variant at a time, two nvcc processes
         for v in variants:
             print("built", build_variant(v, jobs=2), flush=True)

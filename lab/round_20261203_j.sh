@@ -11,6 +11,10 @@
 #       (generated/) against 455d803's (generated/_exp/split_promote/base), bit for bit, then
 #       `moegen bench --activations fp8`, both orders.
 #   G8  the W4A8 GPU tests (tests/test_gpu_w4a8.py), every variant (their libraries build here if stale).
+#   GB  the BF16 GPU tests' libraries built here with each variant's default kernels
+#       (MOEGEN_TEST_KERNELS=default: a change to every kernel, without the whole shortlist), their
+#       ptxas spills and C751x listed, then those tests.
+#   A   ptxas spills and C751x of every kernel under generated/ (the build logs).
 #   G   the BF16 GPU tests (tests/test_gpu_layer.py), every variant.
 # Each part's output goes to $OUT/<part>.txt (DEVICE_OUT) and its tail to stdout.
 set -uo pipefail
@@ -45,6 +49,13 @@ P) for m in ${MODELS:-deepseek-v4-flash}; do
    done > $D/P.txt 2>&1; tail -30 $D/P.txt ;;
 G8) timeout -k 5 ${G8_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider > $D/G8.txt 2>&1
    grep -E "passed|failed|error|seed" $D/G8.txt | tail -8 ;;
+GB) (export MOEGEN_TEST_KERNELS=default
+     timeout -k 5 ${GB_BUILD_LIMIT:-330} python3 lab/build_test_libs.py --bf16 | tail -3
+     timeout -k 5 ${G_LIMIT:-240} python3 -m pytest -m gpu tests/test_gpu_layer.py -q -p no:cacheprovider) > $D/GB.txt 2>&1
+   grep -E "built|passed|failed|error|seed" $D/GB.txt | tail -14 ;;
+A) grep -l -E "[1-9][0-9]* bytes spill stores|C751" generated/_gputest/*/sm90/logs/*.log generated/*/sm90/logs/*.log 2>/dev/null \
+     > $D/A.txt; echo "kernels with spills or C751x: $(wc -l < $D/A.txt)"; head -20 $D/A.txt
+   ls generated/_gputest/*/sm90/logs/moegen_*.log | wc -l ;;
 G) timeout -k 5 ${G_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_layer.py ${GPU_VARIANTS:+-k "$GPU_VARIANTS"} -q -p no:cacheprovider > $D/G.txt 2>&1
    grep -E "passed|failed|error|seed" $D/G.txt | tail -8 ;;
 *) echo "unknown part $part" ;;

@@ -10,6 +10,11 @@
 #       455d803's m256n64k128s4, DeepSeek-V4-Flash's GEMM1 pick at T = 1024): the default W4A8 build
 #       (generated/) against 455d803's (generated/_exp/split_promote/base), bit for bit, then
 #       `moegen bench --activations fp8`, both orders.
+#   N   DeepSeek-V4-Flash's default W4A8 build against its default BF16 build, one `moegen bench` run
+#       (W4A8 listed first), T = 1-16384.
+#   Z   the routing kernel zeroing GEMM1's per-expert progress counters only when GEMM2 follows them
+#       (lab/experiments/zero_progress_in_window.patch, a layer-only change: generated/_exp/zero_progress)
+#       against the default BF16 build, T = 1-8, both orders.
 #   G8  the W4A8 GPU tests (tests/test_gpu_w4a8.py), every variant (their libraries build here if stale).
 #   GB  the BF16 GPU tests' libraries built here with each variant's default kernels
 #       (MOEGEN_TEST_KERNELS=default: a change to every kernel, without the whole shortlist), their
@@ -47,6 +52,14 @@ P) for m in ${MODELS:-deepseek-v4-flash}; do
      timeout -k 5 300 python3 -m moegen bench --model $m --activations fp8 \
        --compare base=$X/base/$m-w4a8/sm90 --tokens ${TOKENS:-256,1024,4096} --rounds 4 --json $D/fix_rev_$m.json 2>&1 | tail -8
    done > $D/P.txt 2>&1; tail -30 $D/P.txt ;;
+N) timeout -k 5 400 python3 -m moegen bench --model deepseek-v4-flash --activations fp8 \
+     --compare w4a16=generated/deepseek-v4-flash/sm90 --rounds 4 --json $D/w4a8_vs_w4a16.json > $D/N.txt 2>&1
+   tail -20 $D/N.txt ;;
+Z) (timeout -k 5 200 python3 -m moegen bench --model deepseek-v4-flash --compare zero=generated/_exp/zero_progress/deepseek-v4-flash/sm90 \
+      --tokens 1,2,4,8 --rounds 4 --json $D/zero.json | tail -10
+    timeout -k 5 200 python3 -m moegen bench --model deepseek-v4-flash --out generated/_exp/zero_progress \
+      --compare base=generated/deepseek-v4-flash/sm90 --tokens 1,2,4,8 --rounds 4 --json $D/zero_rev.json | tail -10) > $D/Z.txt 2>&1
+   tail -24 $D/Z.txt ;;
 G8) timeout -k 5 ${G8_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider > $D/G8.txt 2>&1
    grep -E "passed|failed|error|seed" $D/G8.txt | tail -8 ;;
 GB) (export MOEGEN_TEST_KERNELS=default

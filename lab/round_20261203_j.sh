@@ -15,6 +15,8 @@
 #   Z   the routing kernel zeroing GEMM1's per-expert progress counters only when GEMM2 follows them
 #       (lab/experiments/zero_progress_in_window.patch, a layer-only change: generated/_exp/zero_progress)
 #       against the default BF16 build, T = 1-8, both orders.
+#   M   compute-sanitizer memcheck over tools/sanitize_run.py on DeepSeek-V4-Flash's default BF16 build
+#       (T = 3 runs GEMM2 following GEMM1 per expert) and its default W4A8 build.
 #   G8  the W4A8 GPU tests (tests/test_gpu_w4a8.py), every variant (their libraries build here if stale).
 #   GB  the BF16 GPU tests' libraries built here with each variant's default kernels
 #       (MOEGEN_TEST_KERNELS=default: a change to every kernel, without the whole shortlist), their
@@ -60,6 +62,11 @@ Z) (timeout -k 5 200 python3 -m moegen bench --model deepseek-v4-flash --compare
     timeout -k 5 200 python3 -m moegen bench --model deepseek-v4-flash --out generated/_exp/zero_progress \
       --compare base=generated/deepseek-v4-flash/sm90 --tokens 1,2,4,8 --rounds 4 --json $D/zero_rev.json | tail -10) > $D/Z.txt 2>&1
    tail -24 $D/Z.txt ;;
+M) for b in generated/deepseek-v4-flash/sm90 generated/deepseek-v4-flash-w4a8/sm90; do
+     echo "== $b"
+     timeout -k 5 ${M_LIMIT:-240} compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_run.py $b 2>&1 | tail -3
+     echo "rc $?"
+   done > $D/M.txt 2>&1; cat $D/M.txt ;;
 G8) timeout -k 5 ${G8_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider > $D/G8.txt 2>&1
    grep -E "passed|failed|error|seed" $D/G8.txt | tail -8 ;;
 GB) (export MOEGEN_TEST_KERNELS=default

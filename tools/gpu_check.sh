@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The whole GPU check of one model on the local GPU, results in OUT/ (default results/):
-#   build (the default kernels: a no-op when up to date), SASS audit, `moegen check` (every kernel
-#   against the float64 reference), the GPU test suite, compute-sanitizer memcheck, per-kernel
-#   timeline, and the steady-state benchmark.
+#   build (the default kernels: a no-op when up to date), SASS audit (of the W4A8 build too),
+#   `moegen check` (every kernel against the float64 reference), the GPU test suite,
+#   compute-sanitizer memcheck, per-kernel timeline, and the steady-state benchmark.
 #
 #   tools/gpu_check.sh [OUT] [MODEL]          e.g. tools/gpu_check.sh results deepseek-v4-flash
 #
-# SKIP_BUILD, SKIP_SASS, SKIP_CHECK, SKIP_PYTEST, SKIP_SANITIZER, SKIP_TIMELINE, SKIP_BENCH leave a step
-# out; PYTEST_K selects tests (-k); BENCH_TOKENS sets the benchmark's T; COMPARE="label=DIR ..." adds
-# builds to benchmark in the same run (e.g. tuned=generated-full/deepseek-v4-flash/sm90).
+# SKIP_BUILD, SKIP_SASS, SKIP_W4A8 (the W4A8 build and its audit), SKIP_CHECK, SKIP_PYTEST,
+# SKIP_SANITIZER, SKIP_TIMELINE, SKIP_BENCH leave a step out; PYTEST_K selects tests (-k);
+# BENCH_TOKENS sets the benchmark's T; COMPARE="label=DIR ..." adds builds to benchmark in the same
+# run (e.g. tuned=generated-full/deepseek-v4-flash/sm90).
 # Exit status: non-zero if any step failed.
 set -uo pipefail
 OUT=${1:-results}
@@ -30,6 +31,13 @@ tail -2 "$OUT/build.log" 2>/dev/null
 step sass  # wgmma in every GEMM kernel, no local memory, ptxas's serialized-wgmma advisories
 [ -n "${SKIP_SASS:-}" ] || run $MOEGEN sass --model "$MODEL" > "$OUT/sass.txt" 2>&1
 tail -1 "$OUT/sass.txt" 2>/dev/null
+
+step sass_w4a8  # the same audit of the model's W4A8 build: its kernels differ, and a spill there once went unseen
+if [ -z "${SKIP_SASS:-}" ] && [ -z "${SKIP_W4A8:-}" ]; then
+  run $MOEGEN build --model "$MODEL" --arch sm90 --activations fp8 > "$OUT/build_w4a8.log" 2>&1
+  run $MOEGEN sass --model "$MODEL" --activations fp8 > "$OUT/sass_w4a8.txt" 2>&1
+fi
+tail -1 "$OUT/sass_w4a8.txt" 2>/dev/null
 
 step check  # every kernel of the build against the float64 reference
 [ -n "${SKIP_CHECK:-}" ] || run $MOEGEN check --model "$MODEL" > "$OUT/check.log" 2>&1

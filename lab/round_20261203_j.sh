@@ -17,6 +17,8 @@
 #       against the default BF16 build, T = 1-8, both orders.
 #   M   compute-sanitizer memcheck over tools/sanitize_run.py on DeepSeek-V4-Flash's default BF16 build
 #       (T = 3 runs GEMM2 following GEMM1 per expert) and its default W4A8 build.
+#   T   the new machine-code tests: every W4A8 variant's, and DeepSeek-V4-Flash's BF16 test library on
+#       its default kernels (MOEGEN_TEST_KERNELS=default).
 #   G8  the W4A8 GPU tests (tests/test_gpu_w4a8.py), every variant (their libraries build here if stale).
 #   GB  the BF16 GPU tests' libraries built here with each variant's default kernels
 #       (MOEGEN_TEST_KERNELS=default: a change to every kernel, without the whole shortlist), their
@@ -67,6 +69,10 @@ M) for b in generated/deepseek-v4-flash/sm90 generated/deepseek-v4-flash-w4a8/sm
      timeout -k 5 ${M_LIMIT:-240} compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_run.py $b 2>&1 | tail -3
      echo "rc $?"
    done > $D/M.txt 2>&1; cat $D/M.txt ;;
+T) (timeout -k 5 120 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -k compiled_without_spills -q -p no:cacheprovider
+    MOEGEN_TEST_KERNELS=default timeout -k 5 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
+      "tests/test_gpu_layer.py::test_kernels_compiled_without_spills[deepseek-v4-flash]") > $D/T.txt 2>&1
+   grep -E "passed|failed|error|seed|assert" $D/T.txt | tail -8 ;;
 G8) timeout -k 5 ${G8_LIMIT:-500} python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider > $D/G8.txt 2>&1
    grep -E "passed|failed|error|seed" $D/G8.txt | tail -8 ;;
 GB) (export MOEGEN_TEST_KERNELS=default

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights  # noqa: E402
+from gpu_variants import (VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights,  # noqa: E402
+                          machine_code_findings)
 from moegen.routing import hash_route  # noqa: E402
 from moegen.runtime import load  # noqa: E402
 from moegen.testing import random_inputs, reference_output, relative_l2  # noqa: E402
@@ -90,6 +91,14 @@ def test_every_kernel_is_correct(variant):
     for a, b in every_kernel_pair(layer):
         for T in (5, 300):
             check(variant, T, kernels=(a, b), seed_offset=a)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kernels_compiled_without_spills(variant):
+    """ptxas spilled nothing and serialized no wgmma the config space does not expect, in every kernel
+    the tests built: a silent slowdown that no output comparison sees."""
+    layer, _ = _layer(variant)
+    assert machine_code_findings(layer.manifest.data) == []
 
 
 @pytest.mark.parametrize("T", (64, 1024))  # 1024: 6144 expert rows, the many-block routing and scatter

@@ -258,7 +258,8 @@ def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, out
 @_one_line_errors
 def sass(model, arch, tp_size, ep_size, ep_rank, activations, out_root) -> None:
     """Audit the built library's machine code: every GEMM kernel uses the arch's tensor-core MMA, no
-    kernel touches local memory (spills), and which kernels ptxas serialized."""
+    kernel touches local memory (spills), and ptxas serialized no wgmmas where the config space does
+    not expect it (the serializations it does expect are listed)."""
     from .build import output_dir
     from .sass import audit_build
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)

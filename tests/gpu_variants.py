@@ -99,24 +99,6 @@ def layer_and_weights(variant: str, seed: int):
     return _layers[variant], _weights[variant]
 
 
-def machine_code_findings(manifest: dict) -> list[str]:
-    """What ptxas reported for a build's GEMM kernels (the manifest's resources) that the config space
-    does not expect: spills, stack frames (local memory), serialized wgmmas outside the known cases.
-    Silent slowdowns: the outputs stay correct."""
-    from moegen.arch import serialization_note
-    from moegen.spec import model_from_dict
-    shapes = gemm_shapes(model_from_dict(manifest["spec"]))
-    found = []
-    for name, r in sorted(manifest["resources"].items()):
-        if not name.startswith("moegen_"):
-            continue
-        if r["spill_bytes"] or r["stack_bytes"]:
-            found.append(f"{name}: {r['spill_bytes']} B spilled, {r['stack_bytes']} B stack frame")
-        if r["wgmma_serialized"] and not serialization_note(name, shapes).startswith("expected"):
-            found.append(f"{name}: wgmma serialized, {serialization_note(name, shapes)}")
-    return found
-
-
 def every_kernel_pair(layer) -> list[tuple[int, int]]:
     """(gemm1, gemm2) kernel indices that run every kernel of both GEMMs at least once, the GEMM2
     list reversed so that pairs vary."""

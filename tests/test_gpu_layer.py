@@ -20,10 +20,10 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an SM90 (compute capability 9.0) GPU", allow_module_level=True)
 
-from gpu_variants import (VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights,  # noqa: E402
-                          machine_code_findings)
+from gpu_variants import VARIANTS, assert_batch_invariant, every_kernel_pair, layer_and_weights  # noqa: E402
 from moegen.routing import hash_route  # noqa: E402
 from moegen.runtime import load  # noqa: E402
+from moegen.sass import ptxas_findings  # noqa: E402
 from moegen.testing import random_inputs, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 1024, 4096)  # 32 | 33: one-block | many-block routing
@@ -98,7 +98,7 @@ def test_kernels_compiled_without_spills(variant):
     """ptxas spilled nothing and serialized no wgmma the config space does not expect, in every kernel
     the tests built: a silent slowdown that no output comparison sees."""
     layer, _ = _layer(variant)
-    assert machine_code_findings(layer.manifest.data) == []
+    assert [line for line, fails in ptxas_findings(layer.manifest) if fails] == []
 
 
 @pytest.mark.parametrize("T", (64, 1024))  # 1024: 6144 expert rows, the many-block routing and scatter

@@ -1,5 +1,9 @@
-"""The SASS audit's reading of cuobjdump output (no toolkit needed)."""
-from moegen.sass import summarize
+"""The SASS audit's reading of cuobjdump output and of ptxas's report in the manifest (no toolkit needed)."""
+from pathlib import Path
+
+from moegen.artifact import Manifest
+from moegen.sass import ptxas_findings, summarize
+from moegen.spec import load_model
 
 SASS = """
 	code for sm_100a
@@ -23,3 +27,24 @@ def test_a_kernel_in_two_cubins_counts_twice_and_local_memory_is_seen():
     assert [kernels[k]["MMA"] for k in gemm] == [1, 1]
     assert kernels[gemm[0]]["STL"] == 0 and kernels[gemm[1]]["STL"] == 1
     assert kernels["_ZN6moegen15finalize_kernelEv"] == {"MMA": 0, "LDL": 1, "STL": 0, "instructions": 1}
+
+
+def test_ptxas_findings_fail_on_local_memory_and_unexpected_serialization_only():
+    clean = dict(max_registers=64, spill_bytes=0, stack_bytes=0, wgmma_serialized=0)
+    resources = {
+        "layer": clean,
+        "moegen_sm90_gemm1_m64n8k128s4": clean,
+        "moegen_sm90_gemm1_m64n32k64s4": dict(clean, wgmma_serialized=1),  # the config space expects it
+        "moegen_sm90_gemm2_m64n8k128s4": dict(clean, wgmma_serialized=2),  # it does not
+        "moegen_sm90_gemm1_m256n64k128s4": dict(clean, spill_bytes=140, stack_bytes=32),
+    }
+    m = Manifest(Path("build/manifest.json"), "f" * 64, "deepseek-v4-flash", "sm90",
+                 load_model("deepseek-v4-flash").to_dict(), (), "lib.so", "0" * 64, "sm90-mxfp4", "bf16",
+                 {"resources": resources})
+    findings = ptxas_findings(m)
+    failing = [line for line, fails in findings if fails]
+    assert len(findings) == 4 and len(failing) == 3
+    assert any("m64n32k64s4" in line and "expected" in line for line, fails in findings if not fails)
+    assert any("gemm2_m64n8k128s4" in line and "NOT EXPECTED" in line for line in failing)
+    assert "ptxas spilled 140 bytes in moegen_sm90_gemm1_m256n64k128s4" in failing
+    assert any("32-byte stack frame" in line for line in failing)

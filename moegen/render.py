@@ -61,14 +61,15 @@ def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
                   stages=cfg.stages, **arch.launch_resources(cfg), gemm_n=shape.n, gemm_k=shape.k,
                   gemm_n_padded=n_pad, gemm_k_padded=k_pad, weight_layout=layout.name,
                   fp8_activations=_cpp_bool(cfg.fp8), activation_type="float_e4m3_t" if cfg.fp8 else "bfloat16_t",
-                  full_width_loop=_cpp_bool(cfg.tile_loop))
+                  full_width_loop=_cpp_bool(cfg.tile_loop), expert_progress=_cpp_bool(arch.expert_progress(cfg)))
 
 
 def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str:
     r, a = spec.router, spec.activation
-    kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n) for c in configs]
-    return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels,
-                  launch_params=get_arch(arch, spec.activations).launch_params,
+    policy = get_arch(arch, spec.activations)
+    kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n,
+                    expert_progress=_cpp_bool(policy.expert_progress(c))) for c in configs]
+    return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels, launch_params=policy.launch_params,
                   num_experts=spec.num_experts, local_experts=spec.local_experts, expert_begin=spec.expert_begin,
                   top_k=r.top_k, hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
                   router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,

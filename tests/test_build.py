@@ -151,7 +151,8 @@ def test_generator_edit_changes_the_library_not_the_objects(tmp_path):
 def test_included_files_follow_quoted_includes_transitively():
     deps = build.included_files('#include <cuda.h>\n#include "moegen/sm90/grouped_gemm.cuh"\n', render.INCLUDE_DIR, {})
     assert {"moegen/sm90/grouped_gemm.cuh", "moegen/sm90/epilogue.cuh", "moegen/sm90/mxfp4_convert.cuh",
-            "moegen/activation.cuh", "moegen/common.cuh", "moegen/gemm_params.cuh", "moegen/pdl.cuh"} == set(deps)
+            "moegen/activation.cuh", "moegen/common.cuh", "moegen/gemm_params.cuh", "moegen/pdl.cuh",
+            "moegen/progress.cuh"} == set(deps)
     with pytest.raises(BuildError, match='"moegen/nope.cuh"'):
         build.included_files('#include "moegen/nope.cuh"\n', render.INCLUDE_DIR, {})
 

@@ -17,7 +17,7 @@ GEMM_VARS = dict(name="moegen_sm90_gemm1_m64n16k64s3", arch="sm90", hidden=256, 
                  bias2="false", epilogue="SwigluEpilogue", block_m=64, block_n=16, block_k=64, stages=3,
                  min_blocks_per_sm=4, producer_registers=0, consumer_registers=0, gemm_n=256, gemm_k=256,
                  gemm_n_padded=256, gemm_k_padded=256, weight_layout="sm90_e2m1_atom64", fp8_activations="false",
-                 activation_type="bfloat16_t", full_width_loop="false", step_k=64)
+                 activation_type="bfloat16_t", full_width_loop="false", step_k=64, expert_progress="true")
 
 
 def default_configs(spec, arch):
@@ -134,8 +134,8 @@ def test_gemm_source(cfg, epilogue, n, k, n_pad, k_pad):
                                                      r["consumer_registers"])
     assert m[8] == "false"  # no full-width tile loop (W4A8's tile_loop)
     assert int(m[9]) == r["step_k"] == 64  # k64 tiles, and one-warpgroup k128 tiles, step 64 deep
-    m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue,\s*cute::bfloat16_t>", text)
-    assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)
+    m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue,\s*cute::bfloat16_t, true>", text)
+    assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)  # every BF16 tile carries the progress code
     assert f'extern "C" int {cfg.name}_launch(const moegen::GemmParams* params, int max_work, long rows,' in text
     assert f"arch::{epilogue}<moegen_generated::EpilogueProblem>" in text
     e = constants(text)
@@ -162,11 +162,27 @@ def test_layer_source_kernel_table():
     text = render.layer_source(spec, "sm90", configs)
     for c in configs:
         assert f'extern "C" int {c.name}_launch(const moegen::GemmParams*, int, long, cudaStream_t);' in text
-        assert f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, reinterpret_cast<const void*>({c.name}_launch)}},' in text
+        assert (f'{{"{c.name}", {c.gemm[-1]}, {c.block_n}, true,\n     reinterpret_cast<const void*>({c.name}_launch)}},'
+                in text)
     # Table order is the config order: the runtime indexes kernels by position.
     positions = [text.index(f'{{"{c.name}"') for c in configs]
     assert positions == sorted(positions)
     assert "deepseek-v4-flash (sm90)" in text and '#include "moegen/sm90/pipeline.cuh"' in text
+
+
+def test_w4a8_kernels_carry_the_progress_code_only_at_one_weight_slice():
+    """The layer follows GEMM1 per expert only with kernels that carry the code (KernelEntry), and the
+    kernel's template gets the same answer: W4A8 tiles of 64 weight rows (the decode picks) do, wider
+    ones (m256n64k128s4_fp8 spilled with it) do not."""
+    spec = load_model("deepseek-v4-flash").with_activations("fp8")
+    policy = get_arch("sm90", "fp8")
+    small, wide = policy.config("gemm1", 64, 8, 128, 4), policy.config("gemm1", 256, 64, 128, 4)
+    assert policy.expert_progress(small) and not policy.expert_progress(wide)
+    assert "cute::float_e4m3_t, true>" in render.gemm_source(spec, small)
+    assert "cute::float_e4m3_t, false>" in render.gemm_source(spec, wide)
+    text = render.layer_source(spec, "sm90", [small, wide])
+    assert f'{{"{small.name}", 1, 8, true,' in text and f'{{"{wide.name}", 1, 64, false,' in text
+    assert not get_arch("sm100").expert_progress(get_arch("sm100").fallback_configs(load_model("deepseek-v4-flash"))[0])
 
 
 def test_build_info_source():

@@ -36,6 +36,9 @@ class ArchPolicy:
     # (KernelConfig, its GemmShape or None) -> why ptxas serializes its wgmmas (measured), or None:
     # build and sass logs say whether a serialized kernel was expected.
     wgmma_serialization: Callable[[KernelConfig, "GemmShape | None"], str | None] = lambda c, shape=None: None
+    # KernelConfig -> whether the kernel carries the per-expert progress code (GEMM2 starts on an
+    # expert's rows as they land); the layer follows per expert only when both of its kernels do.
+    expert_progress: Callable[[KernelConfig], bool] = lambda c: False
 
     @property
     def fp8(self) -> bool:

@@ -106,6 +106,13 @@ def _register_plan(c: KernelConfig) -> dict:
     return dict(min_blocks_per_sm=min_blocks, producer_registers=0, consumer_registers=0)
 
 
+def expert_progress(c: KernelConfig) -> bool:
+    """Whether the kernel carries the per-expert progress code (GemmParams::progress_add / _wait, used
+    from 2 to 8 tokens): every BF16 tile, and the W4A8 tiles of one 64-row weight slice, the decode
+    picks.  In m256n64k128s4_fp8 the code made ptxas spill 140 B."""
+    return not c.fp8 or c.block_m == 64
+
+
 def consumer_register_cap(c: KernelConfig) -> int:
     """Registers a consumer thread may hold under the register plan: setmaxnreg's with two consumer
     warpgroups, else the launch bounds' share of the register file in ptxas's units of 8."""
@@ -246,7 +253,7 @@ SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", 
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
                   launch_params="const moegen::GemmParams*, int, long, cudaStream_t", shortlist=SHORTLIST,
-                  wgmma_serialization=wgmma_serialization)
+                  wgmma_serialization=wgmma_serialization, expert_progress=expert_progress)
 
 # W4A8 (issue 21): the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
 # and fp8 wgmma (k32).  A 128-wide e4m3 K tile has the bytes of a 64-wide bf16 one.  block_k is 128

@@ -22,6 +22,7 @@ struct KernelEntry {
   const char* name;
   int gemm;            // 1 or 2
   int block_n;         // token rows per work tile: the schedule is built for it
+  bool expert_progress;  // carries GemmParams::progress_add / progress_wait's code
   const void* launch;  // the kernel's launch function, of the type its arch's pipeline calls
 };
 
@@ -86,6 +87,7 @@ struct RoutingWorkspace {
   int32_t* work2_row_end;
   int32_t* num_work;
   unsigned long long* expert_progress;
+  unsigned long long* quantized_rows;  // W4A8 only, else nullptr
 
   void carve(Carver& c, int num_tokens) {
     const long rows = long(num_tokens) * P::kTopK;
@@ -105,6 +107,8 @@ struct RoutingWorkspace {
     c.take(work2_row_end, max_work);
     c.take(num_work, 2);
     c.take(expert_progress, P::kLocalExperts);
+    quantized_rows = nullptr;
+    if constexpr (P::kFp8Activations) c.take(quantized_rows, P::kLocalExperts);
   }
 };
 
@@ -174,6 +178,7 @@ int run_routing(RoutingParams& rp, const RoutingWorkspace<P>& ws, int bn1, int b
   rp.work2_row_end = ws.work2_row_end;
   rp.num_work = ws.num_work;
   rp.expert_progress = ws.expert_progress;
+  rp.quantized_rows = ws.quantized_rows;
   rp.row_token = ws.row_token;
   rp.row_weight = ws.row_weight;
   rp.token_row = ws.token_row;

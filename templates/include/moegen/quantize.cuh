@@ -12,6 +12,7 @@
 
 #include "moegen/common.cuh"
 #include "moegen/pdl.cuh"
+#include "moegen/progress.cuh"
 
 namespace moegen {
 
@@ -172,7 +173,7 @@ __device__ __forceinline__ void quantize_rows_e4m3_warps(const __nv_bfloat16* __
   for (int c = part * kWarpSize + lane; c < kChunks; c += per_row * kWarpSize) dst[c] = bf16x8_to_e4m3x8(src[c], s);
 }
 
-// Threads per row of quantize_rows_e4m3_kernel.
+// Threads per row of the row quantizers below.
 constexpr int quantize_row_threads(int k) {
   const int chunks = k / 8;
   const int by_registers = (chunks + 3) / 4;  // at most 4 chunks (16 registers) per thread
@@ -181,32 +182,26 @@ constexpr int quantize_row_threads(int k) {
 }
 template <int K>
 constexpr int kQuantizeRowThreads = quantize_row_threads(K);
-// One block of kQuantizeRowThreads<K> per row of x [rows, K]: each thread holds at most
-// kChunksPerThread 16-byte chunks in registers (the row is read once), and the block's warps meet
-// through shared memory.  `live_rows` (a device count, or nullptr for all) skips rows nothing
-// reads: expert-order rows past the local experts'.
+
+// One row of x [., K] by a block of kQuantizeRowThreads<K>: each thread holds at most
+// kChunksPerThread 16-byte chunks in registers (the row is read once, from L2: its producer may still
+// be running, see quantize_rows_e4m3_following_kernel), and the block's warps meet through shared
+// memory.  Every thread of the block calls it.
 template <int K>
-__global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_kernel(
-    const __nv_bfloat16* __restrict__ x, long rows, const int32_t* __restrict__ live_rows, uint8_t* __restrict__ q,
-    float* __restrict__ scale) {
+__device__ __forceinline__ void quantize_row_e4m3_block(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ q,
+                                                        float* __restrict__ scale) {
   static_assert(K % 8 == 0, "rows are read in 16-byte chunks");
   constexpr int kThreads = kQuantizeRowThreads<K>, kChunks = K / 8;
   constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
   constexpr int kWarps = kThreads / kWarpSize;
   __shared__ float amax_smem[kWarps];
-  // The next GEMM may launch now and stream its weights; its pdl_wait covers this grid's
-  // completion, which follows x's producer's.
-  pdl_launch_dependents();
-  pdl_wait();  // x is the previous kernel's output
-  const long row = blockIdx.x;
-  if (row >= (live_rows ? long(__ldcg(live_rows)) : rows)) return;  // uniform per block
-  const uint4* src = reinterpret_cast<const uint4*>(x + row * K);
+  const uint4* src = reinterpret_cast<const uint4*>(x);
   uint4 v[kChunksPerThread];
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < kChunksPerThread; ++i) {
     const int c = int(threadIdx.x) + i * kThreads;
-    v[i] = c < kChunks ? src[c] : make_uint4(0, 0, 0, 0);
+    v[i] = c < kChunks ? __ldcg(src + c) : make_uint4(0, 0, 0, 0);
     amax = amax_bf16x8(v[i], amax);
   }
 #pragma unroll
@@ -216,13 +211,63 @@ __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_ker
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) amax = fmaxf(amax, amax_smem[w]);
   const float s = e4m3_row_scale(amax);
-  if (threadIdx.x == 0) scale[row] = s;
-  uint2* dst = reinterpret_cast<uint2*>(q + row * K);
+  if (threadIdx.x == 0) *scale = s;
+  uint2* dst = reinterpret_cast<uint2*>(q);
 #pragma unroll
   for (int i = 0; i < kChunksPerThread; ++i) {
     const int c = int(threadIdx.x) + i * kThreads;
     if (c < kChunks) dst[c] = bf16x8_to_e4m3x8(v[i], s);
   }
+}
+
+// One block per row of x [rows, K], after x's producer grid ends.  `live_rows` (a device count, or
+// nullptr for all) skips rows nothing reads: expert-order rows past the local experts'.
+template <int K>
+__global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_kernel(
+    const __nv_bfloat16* __restrict__ x, long rows, const int32_t* __restrict__ live_rows, uint8_t* __restrict__ q,
+    float* __restrict__ scale) {
+  // The next GEMM may launch now and stream its weights; its pdl_wait covers this grid's
+  // completion, which follows x's producer's.
+  pdl_launch_dependents();
+  pdl_wait();  // x is the previous kernel's output
+  const long row = blockIdx.x;
+  if (row >= (live_rows ? long(__ldcg(live_rows)) : rows)) return;  // uniform per block
+  quantize_row_e4m3_block<K>(x + row * K, q + row * K, scale + row);
+}
+
+// The same per expert, for rows in expert order (W4A8's `h`): row r's block waits until
+// x_progress[e] (e: r's expert, from offsets [kExperts + 1]) reaches the expert's rows x
+// x_progress_per_row, quantizes the row, and adds 1 to quantized_rows[e], which the next kernel waits
+// for.  Rows past offsets[kExperts] (other ranks' experts) are skipped.  The offsets predate x's
+// producer: each of its CTAs passed its own pdl_wait before this grid launched.
+template <int K, int kExperts>
+__global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_following_kernel(
+    const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ offsets,
+    const unsigned long long* __restrict__ x_progress, unsigned long long x_progress_per_row,
+    unsigned long long* __restrict__ quantized_rows, uint8_t* __restrict__ q, float* __restrict__ scale) {
+  pdl_launch_dependents();
+  __shared__ int expert_s;
+  const int row = int(blockIdx.x);
+  if (threadIdx.x == 0) {
+    int e = -1;
+    if (row < __ldcg(offsets + kExperts)) {
+      int lo = 0, hi = kExperts;  // offsets[lo] <= row < offsets[hi]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (__ldcg(offsets + mid) <= row) lo = mid; else hi = mid;
+      }
+      e = lo;
+      progress_wait_until(x_progress + e, (unsigned long long)(__ldcg(offsets + e + 1) - __ldcg(offsets + e)) *
+                                              x_progress_per_row);
+    }
+    expert_s = e;
+  }
+  __syncthreads();
+  const int e = expert_s;
+  if (e < 0) return;  // uniform per block
+  quantize_row_e4m3_block<K>(x + long(row) * K, q + long(row) * K, scale + row);
+  __syncthreads();  // every thread's stores, before the release
+  if (threadIdx.x == 0) progress_release_add(quantized_rows + e, 1);
 }
 
 // Rows gathered from token-order hidden states (GEMM1's activations).

@@ -47,6 +47,7 @@ struct RoutingParams {
   int32_t* work2_row_end;
   int32_t* num_work;        // [2]
   unsigned long long* expert_progress;  // [E_local] GEMM1's finished tiles per expert (GemmParams), zeroed here
+  unsigned long long* quantized_rows;   // W4A8: [E_local] the `h` quantizer's finished rows per expert, zeroed here
   int32_t* row_token;       // [rows] permuted row -> token
   float* row_weight;        // [rows]
   int32_t* token_row;       // [T, K] -> permuted row or -1
@@ -524,6 +525,7 @@ __device__ void schedule_block(const RoutingParams& rp, const int32_t* counts, i
       rp.offsets[e] = row;
       offsets_smem[e] = row;
       rp.expert_progress[e] = 0;
+      if (rp.quantized_rows) rp.quantized_rows[e] = 0;
       for (int r = 0; r < c[i]; r += rp.bn1, ++t1) {
         rp.work1_expert[t1] = e;
         rp.work1_row0[t1] = row + r;

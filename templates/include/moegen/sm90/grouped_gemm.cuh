@@ -29,6 +29,7 @@
 #include "moegen/common.cuh"
 #include "moegen/gemm_params.cuh"
 #include "moegen/pdl.cuh"
+#include "moegen/progress.cuh"
 #include "moegen/sm90/epilogue.cuh"
 #include "moegen/sm90/mxfp4_convert.cuh"
 
@@ -115,15 +116,14 @@ struct TileShape {
 // sizes (the weight layout, moegen/layout.py).  Act: the B operand's type, bfloat16_t or (W4A8)
 // float_e4m3_t; one wgmma step covers 32 bytes of K either way (k16 or k32), so a 128-byte swizzle
 // row of the B tile is 64 or 128 K values and the ring's byte geometry is the same.
-template <class Tile_, int N, int K, int NPad, int KPad, class Epilogue_, class Act = bfloat16_t>
+// ExpertProgress: whether the kernel carries the code of GemmParams::progress_add / progress_wait (the
+// config space decides, per tile: moegen.arch.sm90.expert_progress).
+template <class Tile_, int N, int K, int NPad, int KPad, class Epilogue_, class Act, bool ExpertProgress>
 struct GroupedGemm {
   using Epilogue = Epilogue_;
   using ActType = Act;
   static constexpr bool kFp8 = std::is_same_v<Act, float_e4m3_t>;
-  // GEMM2 following GEMM1 per expert (GemmParams::progress_add / progress_wait): BF16 only, as the layer
-  // uses it (W4A8's GEMM2 follows the `h` quantizer's grid).  Compiled out of W4A8 kernels: its code
-  // made ptxas spill 140 B in m256n64k128s4 (nvcc 13.0).
-  static constexpr bool kExpertProgress = !kFp8;
+  static constexpr bool kExpertProgress = ExpertProgress;
   static_assert(kFp8 || std::is_same_v<Act, bfloat16_t>, "activations: bf16 or e4m3");
   static_assert(kFp8 == Epilogue::kActScale, "e4m3 activations carry per-row scales into the epilogue");
   static_assert(!kFp8 || Tile_::BK == 128, "W4A8 promotes its partial sums once per K tile: one interval, 128");
@@ -256,17 +256,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t phase) {
       "{\n .reg .pred done;\n"
       "wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
       " @!done bra wait_%=;\n}\n" ::"r"(mbar), "r"(phase), "r"(0x989680) : "memory");
-}
-
-// GEMM1's finished tiles, per expert (GemmParams::progress_add): its `h` stores, ordered before the
-// release by the consumers' barrier, are visible to whoever acquires the sum.
-__device__ __forceinline__ void progress_release_add(unsigned long long* counter, unsigned long long value) {
-  asm volatile("red.release.gpu.global.add.u64 [%0], %1;\n" ::"l"(counter), "l"(value) : "memory");
-}
-__device__ __forceinline__ unsigned long long progress_acquire(const unsigned long long* counter) {
-  unsigned long long v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(counter) : "memory");
-  return v;
 }
 
 // One (work tile, weight-row tile) pair: the expert, its 0-based weight-row tile, the tile's first
@@ -656,21 +645,11 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
         pdl_launch_dependents();
       }
       if (G::kExpertProgress && p.progress_wait) {
-        // This tile's B rows are GEMM1's `h` rows of one expert: wait for that expert's GEMM1 tiles
-        // only.  Every GEMM1 CTA started before this grid launched (PDL), so the sum arrives; a
-        // bounded spin falls back to waiting for all of GEMM1, which is always enough.
-        if (lane == 0) {
-          const unsigned long long target =
-              (unsigned long long)(t.row_end - __ldcg(p.expert_row0 + t.expert)) * p.progress_per_row;
-          int spins = 0;
-          while (progress_acquire(p.progress_wait + t.expert) < target) {
-            if (++spins == (1 << 16)) {
-              pdl_wait();
-              break;
-            }
-            __nanosleep(64);
-          }
-        }
+        // This tile's B rows are one expert's rows of the previous kernel's output (BF16: GEMM1's `h`;
+        // W4A8: the quantizer's e4m3 `h`): wait for that expert's rows only.
+        if (lane == 0)
+          progress_wait_until(p.progress_wait + t.expert,
+                              (unsigned long long)(t.row_end - __ldcg(p.expert_row0 + t.expert)) * p.progress_per_row);
         __syncwarp();
       }
       // Byte pointers: a 16-byte chunk is 8 bf16 or 16 e4m3 values (G::kChunkValues).
@@ -711,7 +690,8 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
 
   // ================================ consumer warpgroups ================================
   if constexpr (G::Tiling::kRegisterHandoff) cutlass::arch::warpgroup_reg_alloc<G::Tiling::kConsumerRegisters>();
-  // The epilogue reads routing outputs; with per-expert progress (BF16 GEMM2) those predate GEMM1.
+  // The epilogue reads routing outputs, which predate GEMM1, and (W4A8 GEMM2) the `h` scales: per
+  // expert, the producer's acquire of the quantizer's count orders them before the ring's full barriers.
   if (p.schedule_ready && !(G::kExpertProgress && p.progress_wait)) pdl_wait();
   pdl_launch_dependents();
   uint32_t pass = 0;

@@ -44,22 +44,27 @@ struct Pipeline {
     return c.bytes();
   }
 
-  // GEMM2 follows GEMM1 per expert (GemmParams::progress_add / progress_wait) from 2 to 8 tokens:
-  // there GEMM1's CTAs end over a tail of waves through which GEMM2's CTAs would sit in pdl_wait
-  // (H200, the shipped picks, both bench orders: T = 2 3.7 % faster on DeepSeek-V4-Flash and 17 % on
-  // gpt-oss-120b, T = 4 5-6 % on both, T = 8 within noise).  At T = 1 the CTAs end together and the
-  // polling cost 1.4-2.7 %; from T = 16 it gained nothing and cost up to 1.7 %.  W4A8's GEMM2 follows
-  // the `h` quantizer's grid.  MOEGEN_GEMM2_WAIT=expert | grid overrides the choice (a switch for
-  // benchmarking the two).
-  static bool gemm2_waits_by_expert(int num_tokens) {
+  // GEMM2 follows GEMM1 per expert (GemmParams::progress_add / progress_wait) at small batches: there
+  // GEMM1's CTAs end over a tail of waves through which GEMM2's CTAs would sit in pdl_wait.  H200, the
+  // shipped picks, both bench orders:
+  // - BF16, from 2 to 8 tokens: T = 2 3.7 % faster on DeepSeek-V4-Flash and 17 % on gpt-oss-120b, T = 4
+  //   5-6 % on both, T = 8 within noise.  At T = 1 the CTAs end together and the polling cost 1.4-2.7 %;
+  //   from T = 16 it gained nothing and cost up to 1.7 %.
+  // - W4A8, from 1 to 8 tokens: the `h` quantizer sits between them, following GEMM1 per expert and
+  //   followed by GEMM2 in turn.  DeepSeek-V4-Flash: T = 2 8.0 % faster, 3-4 5 %, 6 2 %, 8 1 %, and T = 1
+  //   1.1 % (the quantizer's wait for GEMM1's grid and its own drain leave the chain); T = 16-32 within
+  //   noise.
+  // Only kernels that carry the progress code (KernelEntry::expert_progress) can.
+  // MOEGEN_GEMM2_WAIT=expert | grid overrides the token range (a switch for benchmarking the two).
+  static bool gemm2_waits_by_expert(int num_tokens, const KernelEntry& gemm1, const KernelEntry& gemm2) {
     static const int mode = [] {
       const char* v = getenv("MOEGEN_GEMM2_WAIT");
       if (v && strcmp(v, "grid") == 0) return 0;
       if (v && strcmp(v, "expert") == 0) return 1;
       return -1;
     }();
-    if (P::kFp8Activations) return false;
-    return mode >= 0 ? mode == 1 : num_tokens >= 2 && num_tokens <= 8;
+    if (!gemm1.expert_progress || !gemm2.expert_progress) return false;
+    return mode >= 0 ? mode == 1 : num_tokens >= (P::kFp8Activations ? 1 : 2) && num_tokens <= 8;
   }
 
   static int run(const RoutingParams& rp, const Workspace& ws, const moegen_weights& w, const void* hidden, void* out,
@@ -81,17 +86,24 @@ struct Pipeline {
     g1.num_work = r.num_work;
     g1.out = ws.h;
     g1.schedule_ready = 0;  // follows the kernel that wrote the schedule and the permutation
-    const bool by_expert = gemm2_waits_by_expert(T);
+    const bool by_expert = gemm2_waits_by_expert(T, gemm1, gemm2);
     if (by_expert) g1.progress_add = r.expert_progress;
     int rc = reinterpret_cast<GemmLaunch>(gemm1.launch)(&g1, max_work_tiles(rows, gemm1.block_n, P::kLocalExperts),
                                                         rows, stream);
     if (rc) return fail(rc, "%s: %s", gemm1.name, cudaGetErrorString(cudaError_t(rc)));
 
     if constexpr (P::kFp8Activations) {  // the local experts' rows only: offsets[E_local]
-      const cudaError_t e = launch_pdl(quantize_rows_e4m3_kernel<P::kInter>, dim3(unsigned(rows)),
-                                       dim3(kQuantizeRowThreads<P::kInter>), 0, stream,
-                                       static_cast<const __nv_bfloat16*>(ws.h), rows,
-                                       static_cast<const int32_t*>(r.offsets + P::kLocalExperts), ws.h_q, ws.h_scale);
+      const dim3 grid{unsigned(rows)}, block{unsigned(kQuantizeRowThreads<P::kInter>)};
+      const __nv_bfloat16* h = ws.h;
+      const int32_t* offsets = r.offsets;
+      cudaError_t e;
+      if (by_expert)
+        e = launch_pdl(quantize_rows_e4m3_following_kernel<P::kInter, P::kLocalExperts>, grid, block, 0, stream, h,
+                       offsets, static_cast<const unsigned long long*>(r.expert_progress), 2ull * P::kInter,
+                       r.quantized_rows, ws.h_q, ws.h_scale);
+      else
+        e = launch_pdl(quantize_rows_e4m3_kernel<P::kInter>, grid, block, 0, stream, h, rows, offsets + P::kLocalExperts,
+                       ws.h_q, ws.h_scale);
       if (e != cudaSuccess) return fail(int(e), "quantize h: %s", cudaGetErrorString(e));
     }
     GemmParams g2{};
@@ -110,9 +122,14 @@ struct Pipeline {
     g2.out = ws.y;
     g2.schedule_ready = 1;  // its schedule was complete before GEMM1 started
     if (by_expert) {
-      g2.progress_wait = r.expert_progress;
       g2.expert_row0 = r.offsets;
-      g2.progress_per_row = 2ull * P::kInter;  // GEMM1's weight rows: gate and up per `h` column
+      if constexpr (P::kFp8Activations) {
+        g2.progress_wait = r.quantized_rows;
+        g2.progress_per_row = 1;
+      } else {
+        g2.progress_wait = r.expert_progress;
+        g2.progress_per_row = 2ull * P::kInter;  // GEMM1's weight rows: gate and up per `h` column
+      }
     }
     rc = reinterpret_cast<GemmLaunch>(gemm2.launch)(&g2, max_work_tiles(rows, gemm2.block_n, P::kLocalExperts), rows,
                                                     stream);

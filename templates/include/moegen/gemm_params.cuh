@@ -30,7 +30,7 @@ struct GemmParams {
   // reaches the expert's rows x progress_per_row (GEMM1's N).  nullptr: GEMM2 waits for all of GEMM1.
   unsigned long long* progress_add;
   const unsigned long long* progress_wait;
-  const int32_t* expert_row0;    // [E] the expert's first row (routing's offsets): GEMM2's target
+  const int32_t* expert_row0;    // [E + 1] the experts' first rows (routing's offsets): GEMM2's target
   unsigned long long progress_per_row;
 };
 

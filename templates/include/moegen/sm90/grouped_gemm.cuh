@@ -646,10 +646,12 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
       }
       if (G::kExpertProgress && p.progress_wait) {
         // This tile's B rows are one expert's rows of the previous kernel's output (BF16: GEMM1's `h`;
-        // W4A8: the quantizer's e4m3 `h`): wait for that expert's rows only.
+        // W4A8: the quantizer's e4m3 `h`): wait for that expert's rows only, all of them, since the
+        // counter sums whatever finished first (a prefix of the count is not a prefix of the rows).
         if (lane == 0)
           progress_wait_until(p.progress_wait + t.expert,
-                              (unsigned long long)(t.row_end - __ldcg(p.expert_row0 + t.expert)) * p.progress_per_row);
+                              (unsigned long long)(__ldcg(p.expert_row0 + t.expert + 1) -
+                                                   __ldcg(p.expert_row0 + t.expert)) * p.progress_per_row);
         __syncwarp();
       }
       // Byte pointers: a 16-byte chunk is 8 bf16 or 16 e4m3 values (G::kChunkValues).

@@ -108,7 +108,7 @@ def _register_plan(c: KernelConfig) -> dict:
 
 def expert_progress(c: KernelConfig) -> bool:
     """Whether the kernel carries the per-expert progress code (GemmParams::progress_add / _wait, used
-    from 2 to 8 tokens): every BF16 tile, and the W4A8 tiles of one 64-row weight slice, the decode
+    up to 8 tokens): every BF16 tile, and the W4A8 tiles of one 64-row weight slice, the decode
     picks.  In m256n64k128s4_fp8 the code made ptxas spill 140 B."""
     return not c.fp8 or c.block_m == 64
 

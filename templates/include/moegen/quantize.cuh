@@ -53,6 +53,18 @@ __device__ __forceinline__ long sf_offset(int r, int kb, int k) {
 
 namespace moegen {
 
+// The segment of a nondecreasing prefix array [n + 1] that holds x (starts[i] <= x < starts[i + 1]; x
+// inside [starts[0], starts[n])): an expert-order row's expert.  L2 loads, as the array is the
+// previous kernel's output.
+__device__ __forceinline__ int segment_of(const int32_t* starts, int n, int x) {
+  int lo = 0, hi = n;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (__ldcg(starts + mid) <= x) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
 // Quantizes the rows of an expert-ordered activation matrix for a block-scaled grouped GEMM: values
 // q [rows, k_pad] (e4m3 bytes), scales of expert e at sf + sf_rows[e] * (k_pad / 32) in the
 // block-scaled layout over its rows padded to 128; the padding rows' scales get byte 0 (the GEMM
@@ -69,12 +81,8 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(Source src, const in
   for (long item = long(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize; item < items;
        item += warps) {
     const int p = int(item / kbs), kb = int(item % kbs);
-    int lo = 0, hi = kGroups;  // the expert whose padded rows hold p: sf_rows[lo] <= p < sf_rows[lo + 1]
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (sf_rows[mid] <= p) lo = mid; else hi = mid;
-    }
-    const int e = lo, j = p - sf_rows[e], count = offsets[e + 1] - offsets[e];
+    const int e = segment_of(sf_rows, kGroups, p);  // the expert whose padded rows hold p
+    const int j = p - sf_rows[e], count = offsets[e + 1] - offsets[e];
     uint8_t* scale = sf + long(sf_rows[e]) * kbs + sf_offset(j, kb, k_pad);
     if (j < count) {
       const int r = offsets[e] + j;
@@ -251,12 +259,7 @@ __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_fol
   if (threadIdx.x == 0) {
     int e = -1;
     if (row < __ldcg(offsets + kExperts)) {
-      int lo = 0, hi = kExperts;  // offsets[lo] <= row < offsets[hi]
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (__ldcg(offsets + mid) <= row) lo = mid; else hi = mid;
-      }
-      e = lo;
+      e = segment_of(offsets, kExperts, row);
       progress_wait_until(x_progress + e, (unsigned long long)(__ldcg(offsets + e + 1) - __ldcg(offsets + e)) *
                                               x_progress_per_row);
     }

@@ -77,10 +77,10 @@ def test_quantizer_matches_python_bit_for_bit(harness, k):
 
 
 # (mode, rows, first_warp): a block per row; one block's warps [first_warp, 32) sharing the rows (the
-# one-block routing kernel's idle warps on one or two rows, and the other ways the shared function
-# splits: several warps per row, one each, all 32); the many-block routing's quantizer blocks (two
-# rows of four warps, and a last block with one row).
-E4M3_SPLITS = [(0, 37, 0), (1, 1, 1), (1, 2, 2), (1, 5, 5), (1, 16, 16), (1, 32, 0), (2, 37, 0)]
+# one-block routing kernel's warps past the routing ones on 1-8 rows, and the other ways the shared
+# function splits: several warps per row, one each, all 32); the many-block routing's quantizer blocks
+# (two rows of four warps, and a last block with one row).
+E4M3_SPLITS = [(0, 37, 0), (1, 1, 1), (1, 2, 2), (1, 5, 5), (1, 8, 8), (1, 16, 16), (1, 32, 0), (2, 37, 0)]
 
 
 @pytest.mark.parametrize("k", [768, 1440, 2048, 2880, 4096, 7168])  # every shipped H and I

@@ -393,14 +393,23 @@ struct OneBlockRouting {
   // One token per warp: the block runs on one SM, so routing more tokens here is issue-bound
   // (T = 64 at two per warp took 22 us on an H200, against ~13 us for the many-block path).
   static constexpr int kTokensPerWarp = 1;
-  // W4A8: this SM also quantizes the hidden rows (moegen/quantize.cuh), with fewer warps per row
-  // as tokens grow (one per 4096-wide row from 16), and the routing took 6.2 us at T = 4, 9.0 at 8,
-  // 17.0 at 16 on an H200 (DeepSeek-V4-Flash).  The many-block path quantizes in blocks of its own
-  // grid beside the routing ones: 5.3 and 5.9 us at T = 4 and 8 (the layer 0.5 % faster at 4, 1.7 % at 8);
-  // at T = 2 it lost (5.8 + 0.5 us of counter zeroing, against 5.4).
-  static constexpr int kMaxTokens = P::kFp8Activations ? 2 : kWarps * kTokensPerWarp;
+  // W4A8: this SM also quantizes the hidden rows (moegen/quantize.cuh) on the warps the routing does
+  // not use, beside it.  Up to 8 tokens that beat the many-block path (a counter-zeroing kernel, then
+  // quantizing blocks beside the routing ones): on an H200 the routing ended 1.8 us sooner at T = 4 on
+  // Qwen3-30B-A3B, 1.1 on DeepSeek-V4-Flash, and the layer was 1-4 % faster at T = 3-8 on Qwen3-30B-A3B,
+  // level at 6-8 on gpt-oss-120b and DeepSeek-V4-Flash (whose routing ended 0.6 us later at 8).
+  static constexpr int kMaxTokens = P::kFp8Activations ? 8 : kWarps * kTokensPerWarp;
   static_assert(kMaxTokens <= kWarps * kTokensPerWarp, "a warp per token");
   static_assert(P::kTopK <= kWarpSize, "one lane per chosen expert");
+  // One expert per thread, and only as many warps as that takes: with every warp of the block the
+  // schedule took 1.1-1.3 us at T = 1-16 (clock64 stamps, H200), most of it 32 warps' scans and the
+  // barrier between them; one warp took 0.7-1.0 us for gpt-oss-120b's 128 experts, but with 8 per
+  // lane (256 experts) 1.7 us from T = 4.
+  static constexpr int kScheduleWarps = (P::kLocalExperts + kWarpSize - 1) / kWarpSize < kWarps
+                                            ? (P::kLocalExperts + kWarpSize - 1) / kWarpSize : kWarps;
+  // W4A8: warps [0, max(T, kScheduleWarps)) route and build the schedule, the rest quantize.
+  static constexpr int kMaxRoutingWarps = kMaxTokens > kScheduleWarps ? kMaxTokens : kScheduleWarps;
+  static_assert(!P::kFp8Activations || kWarps - kMaxRoutingWarps >= kMaxTokens, "at least one quantizing warp per row");
 };
 
 // One block per launch (the explicit 1: without it ptxas held this kernel to 32 registers and the
@@ -416,15 +425,24 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int e = threadIdx.x; e < P::kLocalExperts; e += blockDim.x) counts_s[e] = 0;
   __syncthreads();
-  // W4A8: the warps without a token quantize the hidden rows while the others route (at most
-  // kMaxTokens rows, so several warps each).
   static_assert(R::kTokensPerWarp == 1, "warps [num_tokens, kWarps) have no token");
-  static_assert(!P::kFp8Activations || 2 * R::kMaxTokens <= R::kWarps, "at least one idle warp per row");
+  // W4A8: the warps past the routing ones quantize the hidden rows (several warps per row), and the
+  // routing warps never wait for them: they meet on named barriers of their own (the schedule's is 1),
+  // so the quantizer's loads and its amax exchange stay off the chain to the schedule.
+  const int routing_warps = P::kFp8Activations ? max(rp.num_tokens, R::kScheduleWarps) : R::kWarps;
+  auto sync_routing_warps = [&] {
+    if constexpr (P::kFp8Activations)
+      asm volatile("bar.sync 2, %0;\n" ::"r"(routing_warps * kWarpSize) : "memory");
+    else
+      __syncthreads();
+  };
   __shared__ float amax_s[P::kFp8Activations ? R::kWarps : 1];
   if constexpr (P::kFp8Activations)
-    if (warp >= rp.num_tokens)
+    if (warp >= routing_warps) {
       quantize_rows_e4m3_warps<P::kHidden>(rp.hidden, rp.num_tokens, rp.hidden_q, rp.hidden_scale, amax_s,
-                                           warp - rp.num_tokens, R::kWarps - rp.num_tokens, 1);
+                                           warp - routing_warps, R::kWarps - routing_warps, 3);
+      return;
+    }
   Choice mine[R::kTokensPerWarp];
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
@@ -432,15 +450,9 @@ __global__ void __launch_bounds__(OneBlockRouting<P>::kWarps * kWarpSize, 1) rou
     mine[i] = t < rp.num_tokens ? Source::template choose<P>(rp, t, warp, lane, group_sel, counts_s)
                                 : Choice{-1, 0.f, -1};
   }
-  __syncthreads();
-  // One expert per thread, and only as many warps as that takes: with every warp of the block the
-  // schedule took 1.1-1.3 us at T = 1-16 (clock64 stamps, H200), most of it 32 warps' scans and the
-  // barrier between them; one warp took 0.7-1.0 us for gpt-oss-120b's 128 experts, but with 8 per
-  // lane (256 experts) 1.7 us from T = 4.
-  constexpr int kScheduleWarps = (P::kLocalExperts + kWarpSize - 1) / kWarpSize < R::kWarps
-                                     ? (P::kLocalExperts + kWarpSize - 1) / kWarpSize : R::kWarps;
-  if (warp < kScheduleWarps) schedule_block<P, true, kScheduleWarps * kWarpSize>(rp, counts_s, offsets_s);
-  __syncthreads();
+  sync_routing_warps();
+  if (warp < R::kScheduleWarps) schedule_block<P, true, R::kScheduleWarps * kWarpSize>(rp, counts_s, offsets_s);
+  sync_routing_warps();
 #pragma unroll
   for (int i = 0; i < R::kTokensPerWarp; ++i) {
     const int t = warp + R::kWarps * i;

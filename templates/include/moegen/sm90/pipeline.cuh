@@ -135,10 +135,13 @@ struct Pipeline {
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
 
+    // Every GEMM1 CTA passes its pdl_wait on the routing kernel before it triggers, and GEMM2 (after
+    // the quantizer's blocks, which launch after GEMM1's trigger) launches only after them, so the
+    // routing has completed before finalize launches: it may read token_row before its wait.
     const long vecs = long(T) * (P::kHidden / 8);
     const cudaError_t e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
                                      static_cast<const int32_t*>(r.token_row), static_cast<const float*>(ws.y),
-                                     static_cast<__nv_bfloat16*>(out));
+                                     static_cast<__nv_bfloat16*>(out), 1);
     if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
     return 0;
   }

@@ -10,21 +10,20 @@ namespace moegen {
 
 // out[t, :] = sum over the token's local slots, in slot order, of the weighted fp32 GEMM2 rows (zero
 // if none): a token's sum depends on its own rows only, whatever else is in the batch.
-// routing_done: the launcher guarantees that the routing kernel, which wrote token_row, completed
-// before this kernel launched (not only its predecessor), so the rows are looked up before pdl_wait
-// and only the GEMM2 rows' loads follow it: one L2 round trip less in the chain.
+// Its launcher (sm90/pipeline.cuh) guarantees that the routing kernel, which wrote token_row, completed
+// before this kernel launched, so the rows are looked up before pdl_wait and only the GEMM2 rows'
+// loads follow it: one L2 round trip less in the chain.
 template <class P>
 __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
-                                const float* __restrict__ y, __nv_bfloat16* __restrict__ out, int routing_done) {
+                                const float* __restrict__ y, __nv_bfloat16* __restrict__ out) {
   constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;  // H is a multiple of 32
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   const bool live = idx < num_tokens * PER_ROW;
   const int t = idx / PER_ROW, c = (idx % PER_ROW) * VEC;
   int rows[P::kTopK];
-  if (!routing_done) pdl_wait();
 #pragma unroll
   for (int k = 0; k < P::kTopK; ++k) rows[k] = live ? __ldcg(token_row + t * P::kTopK + k) : -1;
-  if (routing_done) pdl_wait();
+  pdl_wait();  // y is GEMM2's output
   if (!live) return;
   float acc[VEC] = {};
 #pragma unroll

@@ -141,7 +141,7 @@ struct Pipeline {
     const long vecs = long(T) * (P::kHidden / 8);
     const cudaError_t e = launch_pdl(finalize_kernel<P>, dim3(int((vecs + 255) / 256)), dim3(256), 0, stream, T,
                                      static_cast<const int32_t*>(r.token_row), static_cast<const float*>(ws.y),
-                                     static_cast<__nv_bfloat16*>(out), 1);
+                                     static_cast<__nv_bfloat16*>(out));
     if (e != cudaSuccess) return fail(int(e), "finalize: %s", cudaGetErrorString(e));
     return 0;
   }

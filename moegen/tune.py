@@ -242,7 +242,9 @@ def merge_tables(older: dict, newer: dict) -> dict:
     merged["buckets"] = [dict(tokens=t, gemm1=g1, gemm2=g2, us=None if math.isnan(us) else round(us, 2))
                          for t, (g1, g2, us) in sorted(pairs.items())]
     last = newer if max(retuned) >= max(b["tokens"] for b in older["buckets"]) else older
-    commits = sorted({t["tuned_with"].get("commit", "unknown") for t in (older, newer)})
+    # Every tune that went into either table: a table merged before lists its tunes in `commits`.
+    commits = sorted({c for t in (older, newer)
+                      for c in t["tuned_with"].get("commits", [t["tuned_with"].get("commit", "unknown")])})
     merged["tuned_with"] = dict(newer["tuned_with"], tolerance=0.0, partial=is_partial(last), commits=commits)
     return merged
 

@@ -281,8 +281,11 @@ def test_merged_tunes_pick_as_one_tune_over_all_buckets():
     # table's largest bucket leaves the merge whole
     again, _, _ = _table(buckets=(16,), profiler=lambda t, g1, g2: 2 * fake_time(t, g1, g2))
     again["tuned_with"] = dict(again["tuned_with"], partial=True)
+    again["tuned_with"]["commit"] = "bbbbbbb"
     merged2 = tune.merge_tables(merged, again)
     assert {m[3] for m in merged2["measurements"] if m[0] == 16} == {m[3] for m in again["measurements"]}
+    # the third tune's merge still names the first one: provenance is not only the last two tables'
+    assert {"aaaaaaa", "bbbbbbb"} <= set(merged2["tuned_with"]["commits"])
     assert not dispatch.is_partial(merged2)
     again["tuned_with"] = dict(again["tuned_with"], partial=False)
     assert dispatch.is_partial(tune.merge_tables(first, again))  # the cut-short tune holds the largest bucket

@@ -4,8 +4,8 @@
 # neighbour's pair) retuned at T = 1, 2, 3, 4, 6, 8 as round o did for the other two, on the same twelve
 # one-slice k128 tiles (generated/_exp/rt), then W4A8 against W4A16 up to T = 8 (issue 21's small-T bar).
 #   T MODEL          round o's part T: tune, cut the new and the shipped table to T <= 8, bench both orders
-#   W MODEL W4A16    the new picks (generated/_exp/rt, its user table) against W4A16 (a default BF16 build),
-#                    one `moegen bench` run, T = 1, 2, 3, 4, 6, 8
+#   W MODEL W4A16    the new picks (generated/_exp/rt with its user table, which part T writes: run T first on
+#                    the same machine) against W4A16 (a BF16 build), one `moegen bench` run, T = 1, 2, 3, 4, 6, 8
 set -uo pipefail
 source lab/device_env.sh
 D=${OUT:-/tmp}

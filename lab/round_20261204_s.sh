@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Round s (prepared 2026-12-04, for the next device session): the token counts no shipped table has tuned.
+# Every table holds buckets 1, 4, 16, 64, 256, 1024, 4096, 16384 (plus 2, 3, 6, 8 where retuned), and T
+# runs the pair of the smallest bucket at or above it, so T = 32, 128, 512, 2048 and 8192 run the next
+# bucket's pair, never timed there (at T = 2-8 such borrowed pairs cost gpt-oss-20b 5-15 %, round r).
+# Library: each model's shortlist plus its default kernels (generated/_exp/mid/<variant>/sm90, built with
+# `moegen build --kernels <names> --out generated/_exp/mid`). Tune those buckets with the shipped tuner
+# settings into a copy of configs/dispatch (the other buckets keep their pairs), then the new table
+# against the shipped one on that library, both orders.
+#   T MODEL [fp8]   tune --buckets 32,128,512,2048,8192, bench new / shipped at those T (`--rounds 4`)
+set -uo pipefail
+source lab/device_env.sh
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,driver_version --format=csv
+D=${OUT:-/tmp}
+R=/tmp/round_s; mkdir -p $R
+LIB=generated/_exp/mid
+TOKENS=32,128,512,2048,8192
+[ -d $R/dispatch ] || cp -r configs/dispatch $R/dispatch
+table_of() {  # table_of TABLES MODEL ACT DEST_ROOT: the variant's table from TABLES as DEST_ROOT's user table
+  python3 - "$@" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+from moegen.spec import load_model
+from moegen.problem import ProblemKey
+tables, model, act, dest = sys.argv[1:]
+key = ProblemKey.of(load_model(model).with_activations(act)).slug
+src = next(Path(tables).glob(f"sm90/*/{key}.json"))
+dst = Path(dest) / "dispatch" / src.relative_to(tables)
+dst.parent.mkdir(parents=True, exist_ok=True)
+shutil.copyfile(src, dst)
+t = json.loads(src.read_text())
+print(dest, "picks:", [(b["tokens"], b["gemm1"][12:], b["gemm2"][12:], b["us"]) for b in t["buckets"]])
+PY
+}
+for part in "$@"; do
+  read -r what model act <<< "$part"
+  act=${act:-bf16}
+  [ "$act" = fp8 ] && variant=$model-w4a8 || variant=$model
+  if [ "$what" = T ]; then
+    timeout -k 5 420 python3 -m moegen tune --model $model --activations $act --no-build --out $LIB --buckets $TOKENS \
+      --table-root $R/dispatch --warm-seconds 0.5 --min-seconds 0.03 --reps 3 --rotations 2 > $R/tune-$variant.txt 2>&1
+    echo "tune $variant rc $?"; grep -E "T=|timings" $R/tune-$variant.txt | cut -c1-140
+    table_of $R/dispatch $model $act $LIB || exit 1
+    rm -rf $R/shipped/$variant && mkdir -p $R/shipped/$variant && cp -r $LIB/$variant/sm90 $R/shipped/$variant/
+    for o in a b; do  # the shipped side has no user table: the runtime takes configs/dispatch's
+      if [ $o = a ]; then DD=$LIB; C=shipped=$R/shipped/$variant/sm90; else DD=$R/shipped; C=retuned=$LIB/$variant/sm90; fi
+      timeout -k 5 250 python3 -m moegen bench --model $model --activations $act --out $DD --compare $C \
+        --tokens $TOKENS --rounds 4 --json $R/bench-$variant-$o.json > $R/bench-$variant-$o.txt 2>&1
+      echo "bench $o rc $?"; grep -E " T=" $R/bench-$variant-$o.txt | cut -c1-150
+    done
+  fi
+done
+tar czf $D/round_s.tgz -C $R .

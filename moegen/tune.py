@@ -77,17 +77,31 @@ def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], 
     return Measurement(tokens, names[g1], names[g2], us if math.isfinite(us) else math.inf, reason, mhz, watts, stage)
 
 
+def local_memory_reasons(manifest_data: dict) -> dict[str, str]:
+    """The kernels whose build left them local memory (ptxas spills or a stack frame), each with why:
+    `moegen sass` fails a library holding one, so the tuner must not pick it, however fast it times."""
+    reasons = {}
+    for kernel, res in manifest_data.get("resources", {}).items():
+        if res.get("spill_bytes") or res.get("stack_bytes"):
+            reasons[kernel] = (f"local memory: ptxas spilled {res.get('spill_bytes', 0)} B, "
+                               f"{res.get('stack_bytes', 0)} B stack frame")
+    return reasons
+
+
 def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buckets=BUCKETS,
-           log: Callable[[str], None] = print, on_bucket: Callable | None = None
+           log: Callable[[str], None] = print, on_bucket: Callable | None = None,
+           rejected: dict[str, str] | None = None
            ) -> tuple[dict[int, tuple[int, int, float]], list[Measurement]]:
     """Per bucket: coordinate search (best GEMM1 with the fallback GEMM2, then best GEMM2 with it),
     then a confirmation round over the best CONFIRM_TOP of each, every pairing timed CONFIRM_ROUNDS
-    more times, the lowest median pair winning (a pair failing any timing is out).
+    more times, the lowest median pair winning (a pair failing any timing is out).  A kernel in
+    `rejected` (name: reason) is never timed: it scores infinity with its reason.
 
     The two GEMMs are separate launches sharing only the schedule, so their choices barely interact;
     this costs n1 + n2 + CONFIRM_ROUNDS * CONFIRM_TOP^2 timings per bucket instead of n1 * n2.
     """
     names = [k.name for k in kernels]
+    rejected = rejected or {}
     choices, measurements = {}, []
     for bi, tokens in enumerate(buckets):
         rows = rows_per_expert(spec, tokens)
@@ -99,7 +113,10 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
             results = []
             for i in timed:
                 g1, g2 = (i, fixed) if gemm == "gemm1" else (best["gemm1"][0], i)
-                m = _timed(profiler, tokens, g1, g2, names, gemm)
+                if names[i] in rejected:
+                    m = Measurement(tokens, names[g1], names[g2], math.inf, rejected[names[i]], stage=gemm)
+                else:
+                    m = _timed(profiler, tokens, g1, g2, names, gemm)
                 measurements.append(m)
                 results.append((m.us, i))
             us, i = min(results)
@@ -336,7 +353,8 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
 
     try:  # after every bucket: a tune cut short keeps the buckets it finished, as a partial table
         choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log,
-                                       on_bucket=lambda c, m: write(c, m, partial=True))
+                                       on_bucket=lambda c, m: write(c, m, partial=True),
+                                       rejected=local_memory_reasons(layer.manifest.data))
     finally:
         profiler.close()
     table = write(choices, measurements, partial=False)

@@ -98,6 +98,25 @@ def test_failing_configs_score_infinity_with_their_reason():
     assert KERNELS[choices[1][0]].block_n != 16
 
 
+def test_kernels_with_local_memory_are_never_timed_or_picked():
+    """A kernel ptxas spilled would fail `moegen sass` in the default build: the tuner passes over it
+    with the reason from the build's record, even when it would time fastest."""
+    favourite = {tokens: _true_best(tokens, "gemm1")[0] for tokens in (64, 4096)}
+    manifest = {"resources": {NAMES[i]: {"max_registers": 168, "spill_bytes": 124, "stack_bytes": 32}
+                              for i in favourite.values()}}
+    rejected = tune.local_memory_reasons(manifest)
+    assert set(rejected) == {NAMES[i] for i in favourite.values()}
+    timed = []
+    choices, measurements = tune.search(KERNELS, SPEC, lambda t, a, b: timed.append((a, b)) or fake_time(t, a, b),
+                                        buckets=(64, 4096), log=lambda m: None, rejected=rejected)
+    for tokens, (g1, g2, us) in choices.items():
+        assert NAMES[g1] not in rejected and math.isfinite(us)
+    assert timed and not any(NAMES[a] in rejected for a, b in timed)
+    skipped = [m for m in measurements if m.gemm1 in rejected and m.stage == "gemm1"]
+    assert skipped and all(math.isinf(m.us) and m.reason.startswith("local memory: ptxas spilled 124 B") for m in skipped)
+    assert tune.local_memory_reasons({"resources": {NAMES[0]: {"spill_bytes": 0, "stack_bytes": 0}}}) == {}
+
+
 def test_all_failing_raises():
     def broken(tokens, g1, g2):
         raise RuntimeError("launch failed: too many resources requested")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round s (prepared 2026-12-04, for the next device session): the token counts no shipped table has tuned.
+# Round s (2026-12-04, c068854): the token counts no shipped table had tuned.
 # Every table holds buckets 1, 4, 16, 64, 256, 1024, 4096, 16384 (plus 2, 3, 6, 8 where retuned), and T
 # runs the pair of the smallest bucket at or above it, so T = 32, 128, 512, 2048 and 8192 run the next
 # bucket's pair, never timed there (at T = 2-8 such borrowed pairs cost gpt-oss-20b 5-15 %, round r).
@@ -8,6 +8,11 @@
 # settings into a copy of configs/dispatch (the other buckets keep their pairs), then the new table
 # against the shipped one on that library, both orders.
 #   T MODEL [fp8]   tune --buckets 32,128,512,2048,8192, bench new / shipped at those T (`--rounds 4`)
+#   G   the GPU tests on the new tables' libraries (`lab/build_test_libs.py`, BF16 with
+#       MOEGEN_TEST_KERNELS=default, carried in generated/_gputest): BF16 reference and batch invariance
+#       on the five models, every W4A8 variant
+#   Q   Qwen3-30B-A3B W4A8 at T = 500 and 512, the shipped spill-free pair against the previous table
+#       (generated/_exp/q8: the W4A8 test library, the previous table as its user table), both orders
 set -uo pipefail
 source lab/device_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,driver_version --format=csv
@@ -47,6 +52,20 @@ for part in "$@"; do
       timeout -k 5 250 python3 -m moegen bench --model $model --activations $act --out $DD --compare $C \
         --tokens $TOKENS --rounds 4 --json $R/bench-$variant-$o.json > $R/bench-$variant-$o.txt 2>&1
       echo "bench $o rc $?"; grep -E " T=" $R/bench-$variant-$o.txt | cut -c1-150
+    done
+  fi
+  if [ "$what" = G ]; then
+    (MOEGEN_TEST_KERNELS=default timeout -k 5 110 python3 -m pytest -m gpu tests/test_gpu_layer.py -q -p no:cacheprovider \
+      -k "(matches_reference or batch_invariance) and not tp2 and not ep1of and not grouped" 2>&1) > $D/GB.txt
+    (timeout -k 5 100 python3 -m pytest -m gpu tests/test_gpu_w4a8.py -q -p no:cacheprovider 2>&1) > $D/G8.txt
+    tail -1 $D/GB.txt $D/G8.txt
+  fi
+  if [ "$what" = Q ]; then
+    for o in a b; do
+      if [ $o = a ]; then DD=generated/_gputest; C=previous=generated/_exp/q8/qwen3-30b-a3b-w4a8/sm90
+      else DD=generated/_exp/q8; C=new=generated/_gputest/qwen3-30b-a3b-w4a8/sm90; fi
+      timeout -k 5 50 python3 -m moegen bench --model qwen3-30b-a3b --activations fp8 --out $DD --compare $C \
+        --tokens 500,512 --rounds 4 --json $R/q8-$o.json 2>&1 | grep " T=" | cut -c1-150
     done
   fi
 done

@@ -22,7 +22,7 @@ from gpu_variants import W4A8_VARIANTS, assert_batch_invariant, every_kernel_pai
 from moegen.sass import ptxas_findings  # noqa: E402
 from moegen.testing import random_inputs, random_weights, reference_output, tolerance  # noqa: E402
 
-TOKENS = (0, 1, 2, 3, 8, 9, 33, 255, 1024, 4096)  # 8 | 9: one-block | many-block routing
+TOKENS = (0, 1, 2, 3, 8, 9, 33, 255, 500, 1024, 4096)  # 8 | 9: one-block | many-block routing
 # Against the fp8 reference: moegen.testing.tolerance (1e-2; wider below 16 output rows, where one
 # row's error is a handful of flipped `h` elements: FP8 wgmma adds its products at reduced precision,
 # about 2e-4 relative on GEMM1 with each K tile's partial sums promoted to fp32, and re-quantizing `h`

@@ -7,7 +7,8 @@
 # `moegen build --kernels <names> --out generated/_exp/mid`). Tune those buckets with the shipped tuner
 # settings into a copy of configs/dispatch (the other buckets keep their pairs), then the new table
 # against the shipped one on that library, both orders.
-#   T MODEL [fp8]   tune --buckets 32,128,512,2048,8192, bench new / shipped at those T (`--rounds 4`)
+#   T MODEL [fp8|bf16] [SPLIT...]   tune --buckets $TOKENS (default 32,128,512,2048,8192), bench new /
+#       shipped at those T (`--rounds 4`); SPLIT: `--tp 2` or `--ep-size 8 --ep-rank 0` (round t)
 #   G   the GPU tests on the new tables' libraries (`lab/build_test_libs.py`, BF16 with
 #       MOEGEN_TEST_KERNELS=default, carried in generated/_gputest): BF16 reference and batch invariance
 #       on the five models, every W4A8 variant
@@ -19,7 +20,7 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,driver_version 
 D=${OUT:-/tmp}
 R=/tmp/round_s; mkdir -p $R
 LIB=generated/_exp/mid
-TOKENS=32,128,512,2048,8192
+TOKENS=${TOKENS:-32,128,512,2048,8192}
 [ -d $R/dispatch ] || cp -r configs/dispatch $R/dispatch
 table_of() {  # table_of TABLES MODEL ACT DEST_ROOT: the variant's table from TABLES as DEST_ROOT's user table
   python3 - "$@" <<'PY'
@@ -27,8 +28,10 @@ import json, shutil, sys
 from pathlib import Path
 from moegen.spec import load_model
 from moegen.problem import ProblemKey
-tables, model, act, dest = sys.argv[1:]
-key = ProblemKey.of(load_model(model).with_activations(act)).slug
+from moegen.cli import _spec
+tables, model, act, dest, tp, ep, rank = sys.argv[1:]
+spec = _spec(model, int(tp), int(ep), int(rank), act)
+key = ProblemKey.of(spec).slug
 src = next(Path(tables).glob(f"sm90/*/{key}.json"))
 dst = Path(dest) / "dispatch" / src.relative_to(tables)
 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -38,18 +41,22 @@ print(dest, "picks:", [(b["tokens"], b["gemm1"][12:], b["gemm2"][12:], b["us"]) 
 PY
 }
 for part in "$@"; do
-  read -r what model act <<< "$part"
-  act=${act:-bf16}
-  [ "$act" = fp8 ] && variant=$model-w4a8 || variant=$model
+  read -r what model act split <<< "$part"
+  act=${act:-bf16}; split=${split:-}
+  tp=1; ep=1; rank=0
+  if [[ $split =~ --tp\ ([0-9]+) ]]; then tp=${BASH_REMATCH[1]}; fi
+  if [[ $split =~ --ep-size\ ([0-9]+) ]]; then ep=${BASH_REMATCH[1]}; fi
+  if [[ $split =~ --ep-rank\ ([0-9]+) ]]; then rank=${BASH_REMATCH[1]}; fi
+  variant=$(python3 -c "from moegen.cli import _spec; print(_spec('$model', $tp, $ep, $rank, '$act').variant)")
   if [ "$what" = T ]; then
-    timeout -k 5 420 python3 -m moegen tune --model $model --activations $act --no-build --out $LIB --buckets $TOKENS \
+    timeout -k 5 420 python3 -m moegen tune --model $model --activations $act $split --no-build --out $LIB --buckets $TOKENS \
       --table-root $R/dispatch --warm-seconds 0.5 --min-seconds 0.03 --reps 3 --rotations 2 > $R/tune-$variant.txt 2>&1
     echo "tune $variant rc $?"; grep -E "T=|timings" $R/tune-$variant.txt | cut -c1-140
-    table_of $R/dispatch $model $act $LIB || exit 1
+    table_of $R/dispatch $model $act $LIB $tp $ep $rank || exit 1
     rm -rf $R/shipped/$variant && mkdir -p $R/shipped/$variant && cp -r $LIB/$variant/sm90 $R/shipped/$variant/
     for o in a b; do  # the shipped side has no user table: the runtime takes configs/dispatch's
       if [ $o = a ]; then DD=$LIB; C=shipped=$R/shipped/$variant/sm90; else DD=$R/shipped; C=retuned=$LIB/$variant/sm90; fi
-      timeout -k 5 250 python3 -m moegen bench --model $model --activations $act --out $DD --compare $C \
+      timeout -k 5 250 python3 -m moegen bench --model $model --activations $act $split --out $DD --compare $C \
         --tokens $TOKENS --rounds 4 --json $R/bench-$variant-$o.json > $R/bench-$variant-$o.txt 2>&1
       echo "bench $o rc $?"; grep -E " T=" $R/bench-$variant-$o.txt | cut -c1-150
     done

@@ -49,14 +49,14 @@ for part in "$@"; do
   if [[ $split =~ --ep-rank\ ([0-9]+) ]]; then rank=${BASH_REMATCH[1]}; fi
   variant=$(python3 -c "from moegen.cli import _spec; print(_spec('$model', $tp, $ep, $rank, '$act').variant)")
   if [ "$what" = T ]; then
-    timeout -k 5 420 python3 -m moegen tune --model $model --activations $act $split --no-build --out $LIB --buckets $TOKENS \
+    timeout -k 5 ${TUNE_LIMIT:-420} python3 -m moegen tune --model $model --activations $act $split --no-build --out $LIB --buckets $TOKENS \
       --table-root $R/dispatch --warm-seconds 0.5 --min-seconds 0.03 --reps 3 --rotations 2 > $R/tune-$variant.txt 2>&1
     echo "tune $variant rc $?"; grep -E "T=|timings" $R/tune-$variant.txt | cut -c1-140
     table_of $R/dispatch $model $act $LIB $tp $ep $rank || exit 1
     rm -rf $R/shipped/$variant && mkdir -p $R/shipped/$variant && cp -r $LIB/$variant/sm90 $R/shipped/$variant/
     for o in a b; do  # the shipped side has no user table: the runtime takes configs/dispatch's
       if [ $o = a ]; then DD=$LIB; C=shipped=$R/shipped/$variant/sm90; else DD=$R/shipped; C=retuned=$LIB/$variant/sm90; fi
-      timeout -k 5 250 python3 -m moegen bench --model $model --activations $act $split --out $DD --compare $C \
+      timeout -k 5 ${BENCH_LIMIT:-250} python3 -m moegen bench --model $model --activations $act $split --out $DD --compare $C \
         --tokens $TOKENS --rounds 4 --json $R/bench-$variant-$o.json > $R/bench-$variant-$o.txt 2>&1
       echo "bench $o rc $?"; grep -E " T=" $R/bench-$variant-$o.txt | cut -c1-150
     done

@@ -351,10 +351,12 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
         save_table(root, table)
         return table
 
+    rejected = local_memory_reasons(layer.manifest.data)
+    for kernel, reason in sorted(rejected.items()):
+        log(f"not timing {kernel}: {reason}")
     try:  # after every bucket: a tune cut short keeps the buckets it finished, as a partial table
         choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log,
-                                       on_bucket=lambda c, m: write(c, m, partial=True),
-                                       rejected=local_memory_reasons(layer.manifest.data))
+                                       on_bucket=lambda c, m: write(c, m, partial=True), rejected=rejected)
     finally:
         profiler.close()
     table = write(choices, measurements, partial=False)

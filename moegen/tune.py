@@ -20,6 +20,7 @@ from .artifact import atomic_write, source_commit
 from .dispatch import TABLE_SCHEMA, DispatchError, GpuInfo, heuristic_choice, is_partial, read_table, table_path
 from .naming import KernelConfig
 from .problem import ProblemKey, rows_per_expert
+from .sass import local_memory_findings
 from .spec import ModelSpec
 
 BUCKETS = tuple(2**i for i in range(15))  # 1, 2, 4, ..., 16384 tokens
@@ -78,14 +79,10 @@ def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], 
 
 
 def local_memory_reasons(manifest_data: dict) -> dict[str, str]:
-    """The kernels whose build left them local memory (ptxas spills or a stack frame), each with why:
-    `moegen sass` fails a library holding one, so the tuner must not pick it, however fast it times."""
-    reasons = {}
-    for kernel, res in manifest_data.get("resources", {}).items():
-        if res.get("spill_bytes") or res.get("stack_bytes"):
-            reasons[kernel] = (f"local memory: ptxas spilled {res.get('spill_bytes', 0)} B, "
-                               f"{res.get('stack_bytes', 0)} B stack frame")
-    return reasons
+    """The kernels whose build left them local memory, each with what ptxas reported: `moegen sass`
+    fails a library holding one, so the tuner must not pick it, however fast it times."""
+    found = {kernel: local_memory_findings(kernel, res) for kernel, res in manifest_data.get("resources", {}).items()}
+    return {kernel: "; ".join(lines) for kernel, lines in found.items() if lines}
 
 
 def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buckets=BUCKETS,
@@ -352,8 +349,8 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
         return table
 
     rejected = local_memory_reasons(layer.manifest.data)
-    for kernel, reason in sorted(rejected.items()):
-        log(f"not timing {kernel}: {reason}")
+    for reason in sorted(rejected.values()):
+        log(f"not timing: {reason}")
     try:  # after every bucket: a tune cut short keeps the buckets it finished, as a partial table
         choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log,
                                        on_bucket=lambda c, m: write(c, m, partial=True), rejected=rejected)

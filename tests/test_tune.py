@@ -113,7 +113,8 @@ def test_kernels_with_local_memory_are_never_timed_or_picked():
         assert NAMES[g1] not in rejected and math.isfinite(us)
     assert timed and not any(NAMES[a] in rejected for a, b in timed)
     skipped = [m for m in measurements if m.gemm1 in rejected and m.stage == "gemm1"]
-    assert skipped and all(math.isinf(m.us) and m.reason.startswith("local memory: ptxas spilled 124 B") for m in skipped)
+    assert skipped and all(math.isinf(m.us) and m.reason == f"ptxas spilled 124 bytes in {m.gemm1}; {m.gemm1} has a "
+                           "32-byte stack frame (local memory)" for m in skipped)
     assert tune.local_memory_reasons({"resources": {NAMES[0]: {"spill_bytes": 0, "stack_bytes": 0}}}) == {}
 
 

@@ -8,7 +8,9 @@
 # settings into a copy of configs/dispatch (the other buckets keep their pairs), then the new table
 # against the shipped one on that library, both orders.
 #   T MODEL [fp8|bf16] [SPLIT...]   tune --buckets $TOKENS (default 32,128,512,2048,8192), bench new /
-#       shipped at those T (`--rounds 4`); SPLIT: `--tp 2` or `--ep-size 8 --ep-rank 0` (round t)
+#       shipped at those T (`--rounds 4`); SPLIT: `--tp 2` or `--ep-size 8 --ep-rank 0` (round t).
+#       SKIP_TUNE=1 benches the table an earlier call tuned (R persists while the device stays warm),
+#       SKIP_BENCH=1 only tunes; BENCH_TOKENS (default TOKENS) the bench's T.
 #   G   the GPU tests on the new tables' libraries (`lab/build_test_libs.py`, BF16 with
 #       MOEGEN_TEST_KERNELS=default, carried in generated/_gputest): BF16 reference and batch invariance
 #       on the five models, every W4A8 variant
@@ -48,16 +50,18 @@ for part in "$@"; do
   if [[ $split =~ --ep-size\ ([0-9]+) ]]; then ep=${BASH_REMATCH[1]}; fi
   if [[ $split =~ --ep-rank\ ([0-9]+) ]]; then rank=${BASH_REMATCH[1]}; fi
   variant=$(python3 -c "from moegen.cli import _spec; print(_spec('$model', $tp, $ep, $rank, '$act').variant)")
-  if [ "$what" = T ]; then
+  if [ "$what" = T ] && [ -z "${SKIP_TUNE:-}" ]; then
     timeout -k 5 ${TUNE_LIMIT:-420} python3 -m moegen tune --model $model --activations $act $split --no-build --out $LIB --buckets $TOKENS \
       --table-root $R/dispatch --warm-seconds 0.5 --min-seconds 0.03 --reps 3 --rotations 2 > $R/tune-$variant.txt 2>&1
     echo "tune $variant rc $?"; grep -E "T=|timings" $R/tune-$variant.txt | cut -c1-140
+  fi
+  if [ "$what" = T ] && [ -z "${SKIP_BENCH:-}" ]; then
     table_of $R/dispatch $model $act $LIB $tp $ep $rank || exit 1
     rm -rf $R/shipped/$variant && mkdir -p $R/shipped/$variant && cp -r $LIB/$variant/sm90 $R/shipped/$variant/
     for o in a b; do  # the shipped side has no user table: the runtime takes configs/dispatch's
       if [ $o = a ]; then DD=$LIB; C=shipped=$R/shipped/$variant/sm90; else DD=$R/shipped; C=retuned=$LIB/$variant/sm90; fi
       timeout -k 5 ${BENCH_LIMIT:-250} python3 -m moegen bench --model $model --activations $act $split --out $DD --compare $C \
-        --tokens $TOKENS --rounds 4 --json $R/bench-$variant-$o.json > $R/bench-$variant-$o.txt 2>&1
+        --tokens ${BENCH_TOKENS:-$TOKENS} --rounds 4 --json $R/bench-$variant-$o.json > $R/bench-$variant-$o.txt 2>&1
       echo "bench $o rc $?"; grep -E " T=" $R/bench-$variant-$o.txt | cut -c1-150
     done
   fi

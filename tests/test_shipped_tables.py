@@ -1,5 +1,6 @@
 """The shipped H200 dispatch tables: one for every shipped model and for the splits people deploy
-(--tp 2 for the gpt-oss models, --ep-size 8 for the DeepSeek models), each readable, filed under its
+(--tp 2 for the gpt-oss models, --ep-size 8 for the DeepSeek models, --ep-size 4 for Qwen3-30B-A3B;
+W4A8 also --tp 2 of the gpt-oss models), each readable, filed under its
 problem's key, naming only kernels the arch accepts for that problem, and tuned at a known commit."""
 import pytest
 
@@ -14,10 +15,12 @@ GPU_DIR = SHIPPED_DIR / "sm90" / "nvidia-h200-132sm"
 DEPLOYED = [(m, {}) for m in known_models()] + [
     ("gpt-oss-120b", dict(tp_size=2)), ("gpt-oss-20b", dict(tp_size=2)),
     ("deepseek-v3", dict(ep_size=8, ep_rank=0)), ("deepseek-v4-flash", dict(ep_size=8, ep_rank=0)),
+    ("qwen3-30b-a3b", dict(ep_size=4, ep_rank=0)),
     # W4A8, each tuned on its shortlist
     ("deepseek-v4-flash", dict(activations="fp8")), ("gpt-oss-120b", dict(activations="fp8")),
     ("gpt-oss-20b", dict(activations="fp8")), ("qwen3-30b-a3b", dict(activations="fp8")),
-    ("deepseek-v3", dict(activations="fp8")),
+    ("deepseek-v3", dict(activations="fp8")), ("gpt-oss-120b", dict(tp_size=2, activations="fp8")),
+    ("gpt-oss-20b", dict(tp_size=2, activations="fp8")),
 ]
 
 

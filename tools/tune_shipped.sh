@@ -24,4 +24,12 @@ gpt-oss-120b shortlist --tp 2
 gpt-oss-20b shortlist
 gpt-oss-20b shortlist --tp 2
 qwen3-30b-a3b shortlist
+qwen3-30b-a3b shortlist --ep-size 4 --ep-rank 0
+deepseek-v4-flash shortlist --activations fp8
+deepseek-v3 shortlist --activations fp8
+gpt-oss-120b shortlist --activations fp8
+gpt-oss-120b shortlist --tp 2 --activations fp8
+gpt-oss-20b shortlist --activations fp8
+gpt-oss-20b shortlist --tp 2 --activations fp8
+qwen3-30b-a3b shortlist --activations fp8
 LIST

@@ -25,6 +25,7 @@ VARIANTS = {
     "gpt-oss-20b": dict(),
     "qwen3-30b-a3b": dict(),
     "gpt-oss-20b-tp2": dict(model="gpt-oss-20b", tp_size=2),  # I_local 1440: K not a multiple of 64
+    "gpt-oss-120b-tp2": dict(model="gpt-oss-120b", tp_size=2),
     "qwen3-30b-a3b-ep1of4": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
     "deepseek-v4-flash-ep1of8": dict(model="deepseek-v4-flash", ep_size=8, ep_rank=1),
 }
@@ -43,6 +44,7 @@ W4A8_VARIANTS = {
     "gpt-oss-20b-w4a8": dict(model="gpt-oss-20b"),
     "qwen3-30b-a3b-w4a8": dict(model="qwen3-30b-a3b"),
     "gpt-oss-20b-tp2-w4a8": dict(model="gpt-oss-20b", tp_size=2),
+    "gpt-oss-120b-tp2-w4a8": dict(model="gpt-oss-120b", tp_size=2),
     "qwen3-30b-a3b-ep1of4-w4a8": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
 }
 

@@ -23,7 +23,8 @@ D=${OUT:-/tmp}
 R=/tmp/round_s; mkdir -p $R
 LIB=generated/_exp/mid
 TOKENS=${TOKENS:-32,128,512,2048,8192}
-[ -d $R/dispatch ] || cp -r configs/dispatch $R/dispatch
+# a table tuned in an earlier call whose machine was since given back: carry it in .carry/round_s/dispatch
+[ -d $R/dispatch ] || cp -r $( [ -d .carry/round_s/dispatch ] && echo .carry/round_s/dispatch || echo configs/dispatch) $R/dispatch
 table_of() {  # table_of TABLES MODEL ACT DEST_ROOT: the variant's table from TABLES as DEST_ROOT's user table
   python3 - "$@" <<'PY'
 import json, shutil, sys

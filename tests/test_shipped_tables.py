@@ -2,9 +2,13 @@
 (--tp 2 for the gpt-oss models, --ep-size 8 for the DeepSeek models, --ep-size 4 for Qwen3-30B-A3B;
 W4A8 also --tp 2 of the gpt-oss models), each readable, filed under its
 problem's key, naming only kernels the arch accepts for that problem, and tuned at a known commit."""
+import re
+from pathlib import Path
+
 import pytest
 
 from moegen.arch import get_arch
+from moegen.cli import _spec as cli_spec
 from moegen.dispatch import SHIPPED_DIR, read_table, shipped_tables
 from moegen.kernel_sets import default_kernels
 from moegen.naming import parse_kernel_name
@@ -63,3 +67,16 @@ def test_no_orphan_tables():
     for path in (SHIPPED_DIR / "sm90").glob("*/*.json"):
         assert path.stem in keys, f"{path}: no shipped model or deployed split has problem {path.stem}"
         assert path in shipped_tables("sm90", ProblemKey.parse(path.stem))
+
+
+def test_the_contributors_script_tunes_every_shipped_table():
+    """tools/tune_shipped.sh (README: "Tuning") retunes exactly the problems that ship a table."""
+    script = (Path(__file__).resolve().parents[1] / "tools" / "tune_shipped.sh").read_text()
+    listed = set()
+    for line in script.split("<<'LIST'\n", 1)[1].split("\nLIST", 1)[0].splitlines():
+        model, _kernels, *split = line.split()
+        opts = dict(re.findall(r"--([\w-]+) (\S+)", " ".join(split)))
+        spec = cli_spec(model, int(opts.get("tp", 1)), int(opts.get("ep-size", 1)), int(opts.get("ep-rank", 0)),
+                        opts.get("activations", "bf16"))
+        listed.add(ProblemKey.of(spec).slug)
+    assert listed == {p.stem for p in GPU_DIR.glob("*.json")}

@@ -53,7 +53,7 @@ for part in "$@"; do
   variant=$(python3 -c "from moegen.cli import _spec; print(_spec('$model', $tp, $ep, $rank, '$act').variant)")
   if [ "$what" = T ] && [ -z "${SKIP_TUNE:-}" ]; then
     timeout -k 5 ${TUNE_LIMIT:-420} python3 -m moegen tune --model $model --activations $act $split --no-build --out $LIB --buckets $TOKENS \
-      --table-root $R/dispatch --warm-seconds 0.5 --min-seconds 0.03 --reps 3 --rotations 2 > $R/tune-$variant.txt 2>&1
+      --table-root $R/dispatch --warm-seconds 0.5 --min-seconds 0.03 --reps 3 --rotations ${ROTATIONS:-2} > $R/tune-$variant.txt 2>&1
     echo "tune $variant rc $?"; grep -E "T=|timings" $R/tune-$variant.txt | cut -c1-140
   fi
   if [ "$what" = T ] && [ -z "${SKIP_BENCH:-}" ]; then

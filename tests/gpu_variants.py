@@ -46,6 +46,8 @@ W4A8_VARIANTS = {
     "gpt-oss-20b-tp2-w4a8": dict(model="gpt-oss-20b", tp_size=2),
     "gpt-oss-120b-tp2-w4a8": dict(model="gpt-oss-120b", tp_size=2),
     "qwen3-30b-a3b-ep1of4-w4a8": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
+    "deepseek-v4-flash-ep1of8-w4a8": dict(model="deepseek-v4-flash", ep_size=8, ep_rank=1),
+    "deepseek-v3-ep1of8-w4a8": dict(model="deepseek-v3", ep_size=8, ep_rank=1),
 }
 
 

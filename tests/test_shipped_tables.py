@@ -25,6 +25,9 @@ DEPLOYED = [(m, {}) for m in known_models()] + [
     ("gpt-oss-20b", dict(activations="fp8")), ("qwen3-30b-a3b", dict(activations="fp8")),
     ("deepseek-v3", dict(activations="fp8")), ("gpt-oss-120b", dict(tp_size=2, activations="fp8")),
     ("gpt-oss-20b", dict(tp_size=2, activations="fp8")),
+    ("deepseek-v3", dict(ep_size=8, ep_rank=0, activations="fp8")),
+    ("deepseek-v4-flash", dict(ep_size=8, ep_rank=0, activations="fp8")),
+    ("qwen3-30b-a3b", dict(ep_size=4, ep_rank=0, activations="fp8")),
 ]
 
 

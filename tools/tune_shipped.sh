@@ -32,4 +32,7 @@ gpt-oss-120b shortlist --tp 2 --activations fp8
 gpt-oss-20b shortlist --activations fp8
 gpt-oss-20b shortlist --tp 2 --activations fp8
 qwen3-30b-a3b shortlist --activations fp8
+deepseek-v4-flash shortlist --ep-size 8 --ep-rank 0 --activations fp8
+deepseek-v3 shortlist --ep-size 8 --ep-rank 0 --activations fp8
+qwen3-30b-a3b shortlist --ep-size 4 --ep-rank 0 --activations fp8
 LIST

@@ -115,8 +115,7 @@ def test_w4a8_entry_points_and_cuda_graph_replay(T):
         assert torch.equal(g_fused.out, fused.out)
 
 
-@pytest.mark.parametrize("variant", ["deepseek-v4-flash-w4a8", "gpt-oss-120b-w4a8", "qwen3-30b-a3b-w4a8",
-                                     "gpt-oss-120b-tp2-w4a8"])
+@pytest.mark.parametrize("variant", W4A8_VARIANTS)
 def test_w4a8_batch_invariance(variant):
     """Per-token scales and a fixed K order per output: a token's output is bitwise the same alone
     and inside larger batches, whichever kernels the size picks: every bucket of the shipped table and

@@ -1,6 +1,6 @@
 """The shipped H200 dispatch tables: one for every shipped model and for the splits people deploy
 (--tp 2 for the gpt-oss models, --ep-size 8 for the DeepSeek models, --ep-size 4 for Qwen3-30B-A3B;
-W4A8 also --tp 2 of the gpt-oss models), each readable, filed under its
+in BF16 and W4A8), each readable, filed under its
 problem's key, naming only kernels the arch accepts for that problem, and tuned at a known commit."""
 import re
 from pathlib import Path

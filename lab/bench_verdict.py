@@ -25,13 +25,17 @@ def rows(path, old_label):
     return by
 
 
+def us(row):
+    return row["time_us"] if "time_us" in row else row["median_us"]  # bench JSONs before the draws' mean
+
+
 def changes(a_path, b_path):
     """{T: (change in order a, change in order b, same pair, the old side's pair)}, new against old."""
     a, b = rows(a_path, "shipped"), rows(b_path, "retuned")
     out = {}
     for t in sorted(a.keys() & b.keys()):
         new_a, old_a, old_b, new_b = a[t]["default"], a[t]["shipped"], b[t]["default"], b[t]["retuned"]
-        out[t] = (new_a["median_us"] / old_a["median_us"] - 1, new_b["median_us"] / old_b["median_us"] - 1,
+        out[t] = (us(new_a) / us(old_a) - 1, us(new_b) / us(old_b) - 1,
                   new_a["kernels"] == old_a["kernels"], tuple(old_a["kernels"].split(",")))
     return out
 

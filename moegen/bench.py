@@ -36,7 +36,7 @@ class BenchRow:
     library: str  # label of the library benchmarked
     tokens: int
     kernels: str
-    median_us: float
+    time_us: float  # the mean over the input sets of each set's median replay (profiler.mean_of_draw_medians)
     p10_us: float
     p90_us: float
     weight_bytes: float  # mean over the input sets
@@ -152,7 +152,7 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
                 timing = pooled(windows[label], monitor)
                 rows.append(_row(label, layer, spec, T, layer.choose_kernels(T), sets[label], timing, ceilings))
                 r = rows[-1]
-                log(f"{label:>12} T={T:6d}  {r.median_us:9.1f} us  floor {r.floor_us:8.1f} us  x{r.time_over_floor:5.2f}"
+                log(f"{label:>12} T={T:6d}  {r.time_us:9.1f} us  floor {r.floor_us:8.1f} us  x{r.time_over_floor:5.2f}"
                     f"  {r.sm_mhz_median or 0:5.0f} MHz  {r.power_w_median or 0:4.0f} W  [{r.kernels}]")
             del sets
     finally:
@@ -162,7 +162,7 @@ def bench_layers(layers: dict[str, MoeLayer], tokens: list[int], ceilings: Ceili
 
 def _row(label, layer: MoeLayer, spec: ModelSpec, T: int, kernels, sets: _InputSets, timing, ceilings) -> BenchRow:
     times = sorted(timing.times_us)
-    med = timing.us
+    us = timing.us
     wbytes = sets.experts_hit * expert_bytes(spec)
     local_slots = T * spec.top_k * spec.local_experts / spec.num_experts
     flops = 2 * local_slots * 3 * spec.hidden_size * spec.local_intermediate
@@ -170,9 +170,9 @@ def _row(label, layer: MoeLayer, spec: ModelSpec, T: int, kernels, sets: _InputS
     p = timing.power
     joules = p.energy_j / len(times) if p.energy_j is not None and times else None
     k1, k2 = kernels
-    return BenchRow(label, T, f"{layer.kernels[k1].name},{layer.kernels[k2].name}", med, times[len(times) // 10],
-                    times[len(times) * 9 // 10], wbytes, flops, floor, med / floor if floor else 0.0,
-                    wbytes / (med * 1e-6) / 1e12, flops / (med * 1e-6) / 1e12, p.sm_mhz_min, p.sm_mhz_median,
+    return BenchRow(label, T, f"{layer.kernels[k1].name},{layer.kernels[k2].name}", us, times[len(times) // 10],
+                    times[len(times) * 9 // 10], wbytes, flops, floor, us / floor if floor else 0.0,
+                    wbytes / (us * 1e-6) / 1e12, flops / (us * 1e-6) / 1e12, p.sm_mhz_min, p.sm_mhz_median,
                     p.power_w_median, p.power_capped_share, joules)
 
 
@@ -188,14 +188,14 @@ def _cell(v, fmt: str) -> str:
 
 
 def markdown_table(rows: list[BenchRow]) -> str:
-    lines = ["| library | T | µs (median) | p10-p90 µs | floor µs | × floor | TB/s | TFLOP/s | SM MHz (min-median) "
+    lines = ["| library | T | µs (draws' mean) | p10-p90 µs | floor µs | × floor | TB/s | TFLOP/s | SM MHz (min-median) "
              "| W | at power cap | mJ / call | kernels |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         capped = "-" if r.power_capped_share is None else f"{100 * r.power_capped_share:.0f} %"
         mhz = "-" if r.sm_mhz_min is None else f"{r.sm_mhz_min:.0f}-{r.sm_mhz_median:.0f}"
         mj = "-" if r.joules_per_call is None else f"{1e3 * r.joules_per_call:.2f}"
-        lines.append(f"| {r.library} | {r.tokens} | {r.median_us:.1f} | {r.p10_us:.1f}-{r.p90_us:.1f} | "
+        lines.append(f"| {r.library} | {r.tokens} | {r.time_us:.1f} | {r.p10_us:.1f}-{r.p90_us:.1f} | "
                      f"{r.floor_us:.1f} | {r.time_over_floor:.2f} | {r.achieved_tbs:.2f} | {r.achieved_tflops:.1f} | "
                      f"{mhz} | {_cell(r.power_w_median, '.0f')} | {capped} | {mj} | {r.kernels} |")
     return "\n".join(lines)

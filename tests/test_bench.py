@@ -4,7 +4,7 @@ from moegen.gpu_monitor import SW_POWER_CAP, GpuMonitor, PowerState, Window
 
 
 def row(**kw):
-    base = dict(library="default", tokens=1024, kernels="a,b", median_us=1216.1, p10_us=1136.4, p90_us=1251.4,
+    base = dict(library="default", tokens=1024, kernels="a,b", time_us=1216.1, p10_us=1136.4, p90_us=1251.4,
                 weight_bytes=1.6e9, flops=1e12, floor_us=574.1, time_over_floor=2.12, achieved_tbs=1.3,
                 achieved_tflops=800.0)
     base.update(kw)
@@ -63,3 +63,23 @@ def test_pooled_timing_keeps_every_replay_and_sums_energy():
     assert p.spans == ((0.0, 2.0), (4.0, 6.0))
     assert p.power.energy_j == 1.5 and p.power.sm_mhz_min == 1500.0
     assert pooled([a, Timing(1.0, (1.0,), PowerState(), ((3.0, 3.5),))], None).power.energy_j is None
+
+
+def test_a_timing_is_the_mean_over_routing_draws_of_each_draws_median():
+    """Replays rotate through the input sets (routing draws), whose work may differ severalfold: the
+    median of all replays would be one draw's time; the draws' mean is what serving pays."""
+    import pytest
+    pytest.importorskip("torch")
+    from moegen.profiler import Timing, mean_of_draw_medians, pooled
+    # three draws (0, 1 and 3 rows on this rank) in rotation, four rounds, one stray replay in draw 1
+    times = (13.0, 30.0, 44.0, 13.0, 31.0, 44.0, 14.0, 90.0, 45.0, 13.0, 30.0, 44.0)
+    assert mean_of_draw_medians(times, 3) == pytest.approx((13.0 + 30.5 + 44.0) / 3)
+    assert mean_of_draw_medians(times, 1) == 30.5  # one set: the plain median
+    with pytest.raises(ValueError, match="rotate evenly"):
+        mean_of_draw_medians(times[:-1], 3)
+    # windows of whole rounds keep the rotation when pooled
+    w1 = Timing(0.0, times[:6], PowerState(), ((0.0, 1.0),), 3)
+    w2 = Timing(0.0, times[6:], PowerState(), ((2.0, 3.0),), 3)
+    assert pooled([w1, w2], None).us == mean_of_draw_medians(times, 3) and pooled([w1, w2], None).input_sets == 3
+    with pytest.raises(ValueError, match="different numbers of input sets"):
+        pooled([w1, Timing(0.0, (1.0,), PowerState(), ((4.0, 5.0),))], None)

@@ -44,7 +44,7 @@ step check  # every kernel of the build against the float64 reference
 tail -1 "$OUT/check.log" 2>/dev/null
 
 step pytest
-[ -n "${SKIP_PYTEST:-}" ] || run python3 -m pytest -m gpu tests/test_gpu_layer.py -q -s ${PYTEST_K:+-k "$PYTEST_K"} \
+[ -n "${SKIP_PYTEST:-}" ] || run python3 -m pytest -m gpu tests/test_gpu_layer.py tests/test_gpu_timing.py -q -s ${PYTEST_K:+-k "$PYTEST_K"} \
   > "$OUT/pytest.log" 2>&1
 grep -E "seed|passed|failed|Error" "$OUT/pytest.log" 2>/dev/null | tail -4
 # the persistent grid, forced, on a model with short-K kernels (the layer picks it from 4096 expert rows)

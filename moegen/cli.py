@@ -198,7 +198,8 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
 @_one_line_errors
 def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rounds, settle_seconds, warm_seconds, compare, json_out,
           out_root) -> None:
-    """Time the built layer (CUDA-graph replay at steady state, the mean over routing draws of each draw's median) against the measured floor."""
+    """Time the built layer (CUDA-graph replay at steady state; the mean over the routing draws of each
+    draw's median) against the measured floor."""
     import json
 
     from .artifact import atomic_write

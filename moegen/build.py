@@ -38,6 +38,7 @@ from .arch import get_arch, serialization_note
 from .artifact import (ABI_VERSION, MANIFEST_NAME, MANIFEST_SCHEMA, ArtifactError, atomic_write, file_sha256,
                        read_manifest, sha256_bytes)
 from .naming import GEMMS, KernelConfig
+from .paths import PACKAGE_DIR
 from .problem import gemm_shapes
 from .spec import ModelSpec, model_from_dict
 
@@ -46,7 +47,6 @@ BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xco
 LINK_FLAGS = ("-Xlinker=--no-undefined",)  # a missing kernel symbol fails the link, not the dlopen
 OBJECT_STORE = ".objects"  # under the output root
 LOCK_NAME = ".lock"
-PACKAGE_DIR = Path(__file__).resolve().parent
 # The generator: every module whose code decides what a build produces.  Its source is hashed into
 # the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
 GENERATOR_SOURCES = ("spec.py", "problem.py", "naming.py", "layout.py", "arch", "render.py", "build.py",

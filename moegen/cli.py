@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
+from .paths import DEFAULT_OUT
 from .spec import SpecError, known_models, load_model
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "generated"
 ARCH_CHOICES = ["sm90", "sm100"]
 
 

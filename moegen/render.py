@@ -14,10 +14,10 @@ import jinja2
 from .arch import get_arch, policy_of
 from .layout import get_layout
 from .naming import KernelConfig
+from .paths import TEMPLATE_DIR
 from .problem import gemm_shapes
 from .spec import ModelSpec
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 INCLUDE_DIR = TEMPLATE_DIR / "include"
 
 _ROUTER_ENUM = {"sigmoid_group_topk": "kSigmoidGroupTopK", "sqrtsoftplus_topk": "kSqrtSoftplusTopK",

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+from .paths import CONFIG_DIR
+
 
 ROUTER_KINDS = ("sigmoid_group_topk", "sqrtsoftplus_topk", "softmax_topk", "topk_softmax")
 SCORE_BIAS_ROUTERS = ("sigmoid_group_topk", "sqrtsoftplus_topk")  # selection on score + per-expert bias

@@ -28,12 +28,11 @@ import torch.distributed as dist
 from .spec import ModelSpec
 
 Experts = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-MODES = ("allgather", "alltoall", "auto")
-# `auto` switches to all-to-all from this many tokens per rank.  All-gather moves ep_size x the tokens
-# to every rank whatever their routing; all-to-all moves each token to the ranks of its experts only
-# (at most min(top_k, ep_size) of them) but costs a host sync.  Not yet measured on a multi-GPU
-# machine: the crossover is a placeholder to replace with the measured one.
-AUTO_ALLTOALL_MIN_TOKENS = 1024
+# All-gather moves ep_size x the tokens to every rank whatever their routing; all-to-all moves each
+# token only to the ranks of its experts (at most min(top_k, ep_size) of them) but costs a host sync.
+# The caller picks: the crossover has not been measured on a multi-GPU machine, and a per-rank
+# choice from each rank's own T would let ranks call different collectives and hang.
+MODES = ("allgather", "alltoall")
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def _acc(x: torch.Tensor) -> torch.dtype:
 
 
 class DistributedMoe:
-    def __init__(self, spec: ModelSpec, experts: Experts, groups: Groups, mode: str = "auto"):
+    def __init__(self, spec: ModelSpec, experts: Experts, groups: Groups, mode: str = "allgather"):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if spec.parallel.ep_size != groups.ep_size or spec.parallel.tp_size != groups.tp_size or \
@@ -84,8 +83,6 @@ class DistributedMoe:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
-        if mode == "auto":
-            mode = "alltoall" if hidden.shape[0] >= AUTO_ALLTOALL_MIN_TOKENS else "allgather"
         out = (self._allgather if mode == "allgather" else self._alltoall)(hidden, topk_ids, topk_weights)
         if self.groups.tp_size > 1:  # the TP ranks' partial sums over their intermediate slices
             dist.all_reduce(out, group=self.groups.tp)
@@ -139,7 +136,11 @@ class DistributedMoe:
         partial = self.experts(in_hidden, in_ids, in_weights).to(_acc(hidden))
         back = partial.new_empty((len(token), H))
         dist.all_to_all_single(back, partial.contiguous(), send, recv, group=g.ep)
-        # sum each token's partials in rank order: per-rank slots, then a fixed-order reduction
-        per_rank = back.new_zeros((g.ep_size, T, H))
-        per_rank[dest, token] = back
-        return per_rank.sum(dim=0)
+        # Each token's partials added in rank order (deterministic): `back` is in send order, rank by rank,
+        # and a token appears at most once per rank, so each index_add_ adds one term per output row.
+        out = back.new_zeros((T, H))
+        start = 0
+        for count in send:
+            out.index_add_(0, token[start:start + count], back[start:start + count])
+            start += count
+        return out

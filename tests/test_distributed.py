@@ -96,5 +96,7 @@ def test_rank_spec_and_bad_modes():
     assert spec.variant == "tiny-ep1of2"
     with pytest.raises(ValueError, match="mode 'nccl': expected one of"):
         DistributedMoe(spec, lambda *a: None, FakeGroups, mode="nccl")
+    with pytest.raises(ValueError, match="mode .auto.: expected one of allgather, alltoall"):
+        DistributedMoe(spec, lambda *a: None, FakeGroups, mode="auto")  # ranks would choose apart
     with pytest.raises(ValueError, match="is not this rank's"):
         DistributedMoe(SPEC, lambda *a: None, FakeGroups)

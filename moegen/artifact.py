@@ -63,18 +63,34 @@ def source_commit() -> str:
 
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write path through a temporary file in its directory and a rename: a reader sees the old
-    contents or the new, never part of either (also when the writer is killed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    contents or the new, never part of either (also when the writer is killed).  A symbolic link is
+    written through (the link stays); a directory, device or FIFO is refused, never replaced."""
+    path = Path(path)
+    if path.is_symlink() or path.exists():
+        target = path.resolve()
+        if target.exists() and not target.is_file():
+            kind = "a directory" if target.is_dir() else "not a regular file (a device, FIFO or socket)"
+            raise ArtifactError(f"{path}: is {kind}, expected a regular file or a new file's path")
+        path = target
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are ordinary readable files
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+        reason = f"{blocker} is not a directory" if blocker else (e.strerror or str(e))
+        raise ArtifactError(f"{path}: cannot write ({reason}); expected a writable file path") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -125,6 +141,8 @@ def read_manifest(out_dir: Path) -> Manifest:
         data = json.loads(text)
     except ValueError as e:
         raise ArtifactError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}: nested too deeply, expected the build's JSON manifest") from None
     if not isinstance(data, dict):
         raise ArtifactError(f"{path}: top level = {type(data).__name__}: expected a JSON object; rebuild")
     if data.get("schema") != MANIFEST_SCHEMA:

@@ -279,9 +279,11 @@ def _prepare_dir(path: Path, what: str) -> None:
 
 
 @contextmanager
-def directory_lock(path: Path, log: Callable[[str], None] = print) -> Iterator[None]:
-    """An exclusive flock on path/.lock, held until the block ends (the kernel drops it if the
-    process dies, so a killed build never blocks the next)."""
+def directory_lock(path: Path, log: Callable[[str], None] = print, shared: bool = False,
+                   waiting: str = "another build of {path} to finish") -> Iterator[None]:
+    """A flock on path/.lock, exclusive or shared, held until the block ends (the kernel drops it if
+    the process dies, so a killed build never blocks the next)."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     lock_path = path / LOCK_NAME
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -289,12 +291,12 @@ def directory_lock(path: Path, log: Callable[[str], None] = print) -> Iterator[N
         raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise BuildError(f"{lock_path}: cannot lock: {e.strerror or e}") from None
-            log(f"waiting for another build of {path} to finish")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            log(f"waiting for {waiting.format(path=path)}")
+            fcntl.flock(fd, mode)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -379,7 +381,10 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
     _prepare_dir(out.parent.parent, "output")
     _prepare_dir(out, "build")
     _prepare_dir(store, "object store")
-    with directory_lock(out, log):
+    # The build directory's lock serializes builds of one variant; the store's, shared by every build
+    # and taken exclusively by `clean`, keeps clean from pruning objects a running build has not linked yet.
+    with directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish"), \
+            directory_lock(out, log):
         return _run_locked(plan, jobs, log)
 
 
@@ -519,25 +524,40 @@ def build(spec: ModelSpec, arch: str, configs: list[KernelConfig], root: Path, j
     return run_build(plan, jobs=jobs, log=log)
 
 
+_STORE_FILE = re.compile(r"[0-9a-f]{64}\.o(\.log|\.sha256)?")  # an object, its ptxas log, its digest
+
+
 def clean(root: Path, log: Callable[[str], None] = print) -> int:
     """Prune the object store under root: objects no manifest anywhere below root names, and
-    leftovers of killed runs.  Returns the number of files removed."""
+    leftovers of killed runs.  Only the store's own files go; builds wait while it runs.  Returns the
+    number of files removed."""
     root = Path(root)
+    if not root.is_dir():
+        raise BuildError(f"{root}: {'not a directory' if root.exists() else 'does not exist'} "
+                         f"(expected an output root holding {OBJECT_STORE}/)")
     store = root / OBJECT_STORE
     if not store.is_dir():
-        return 0
-    keep = set()
-    for manifest in root.rglob(MANIFEST_NAME):
-        try:
-            keep.update(f"{fp}.o" for fp in read_manifest(manifest.parent).data.get("objects", {}).values())
-        except ArtifactError:
-            continue
-    removed = remove_leftovers(store, only_dead=True)
-    for p in store.iterdir():
-        base = p.name.split(".o")[0] + ".o" if ".o" in p.name else p.name
-        if p.is_file() and not p.name.startswith(".") and base not in keep:
-            p.unlink(missing_ok=True)
-            removed.append(p.name)
+        raise BuildError(f"{store}: no object store (expected the output root of `moegen build`, e.g. generated)")
+    with directory_lock(store, log, waiting="running builds using {path} to finish"):
+        keep, skipped = set(), []
+        for manifest in root.rglob(MANIFEST_NAME):
+            try:
+                objects = read_manifest(manifest.parent).data.get("objects", {})
+            except ArtifactError:
+                skipped.append(str(manifest))
+                continue
+            if not isinstance(objects, dict):
+                skipped.append(str(manifest))
+                continue
+            keep.update(f"{fp}.o" for fp in objects.values() if isinstance(fp, str))
+        for manifest in skipped:
+            log(f"{manifest}: unreadable, its objects are not kept (rebuild it)")
+        removed = remove_leftovers(store, only_dead=True)
+        for p in store.iterdir():
+            match = _STORE_FILE.fullmatch(p.name)
+            if match and p.is_file() and p.name[:66] not in keep:
+                p.unlink(missing_ok=True)
+                removed.append(p.name)
     log(f"{store}: removed {len(removed)} file(s), kept {len(keep)} object(s)")
     return len(removed)
 

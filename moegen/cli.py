@@ -1,4 +1,4 @@
-"""moegen command line: build, list, tune, bench, check, sass, clean.
+"""moegen command line: build, list, spec, tune, bench, check, sass, clean.
 
 Every failure a user can cause is one line on stderr ("Error: <file or option>: <what>, expected
 <what>") and a non-zero exit, never a traceback.
@@ -43,13 +43,13 @@ def _manifest_activations(out_dir: Path) -> str:
     return read_manifest(out_dir).spec.get("activations", "bf16")
 
 
-def _int_list(option: str, text: str) -> list[int]:
+def _int_list(option: str, text: str, minimum: int = 0) -> list[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise click.BadParameter(f"{text!r}: expected comma-separated integers", param_hint=option) from None
-    if not values or any(v < 0 for v in values):
-        raise click.BadParameter(f"{text!r}: expected comma-separated integers >= 0", param_hint=option)
+    if not values or any(v < minimum for v in values):
+        raise click.BadParameter(f"{text!r}: expected comma-separated integers >= {minimum}", param_hint=option)
     return values
 
 
@@ -81,7 +81,29 @@ def _with_split(fn):
     return fn
 
 
-@click.group()
+class _OneLineGroup(click.Group):
+    """Usage errors (a bad option value, a missing option) as one 'Error: ...' line too, exit 2, without
+    click's usage block; `--help` shows the usage."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as e:
+            command = f"{e.ctx.command_path}: " if e.ctx is not None else ""
+            click.echo(f"Error: {command}{' '.join(e.format_message().split())}", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_OneLineGroup)
 def main() -> None:
     """moegen: ahead-of-time compiler for MXFP4 Mixture-of-Experts layers."""
 
@@ -162,9 +184,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
 
     from .kernel_sets import resolve_kernels
     from .tune import tune_model
-    bucket_list = _int_list("--buckets", buckets)
-    if 0 in bucket_list:
-        raise click.BadParameter("buckets are token counts >= 1", param_hint="--buckets")
+    bucket_list = _int_list("--buckets", buckets, minimum=1)  # buckets are token counts
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     configs = resolve_kernels(spec, arch, kernels)
     if not torch.cuda.is_available():

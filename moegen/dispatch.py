@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey, rows_per_expert
-from .spec import CONFIG_DIR, ModelSpec
+from .spec import CONFIG_DIR, ModelSpec, shown
 
 TABLE_SCHEMA = 2
 SHIPPED_DIR = CONFIG_DIR / "dispatch"
@@ -94,21 +94,25 @@ def read_table(path: Path) -> dict:
         raise DispatchError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     except ValueError as e:
         raise DispatchError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise DispatchError(f"{path}: nested too deeply, expected a dispatch table") from None
     if not isinstance(table, dict) or table.get("schema") != TABLE_SCHEMA:
         got = table.get("schema") if isinstance(table, dict) else type(table).__name__
         raise DispatchError(f"{path}: schema {got!r}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
+    if not isinstance(table.get("tuned_with", {}), dict):
+        raise DispatchError(f"{path}: field 'tuned_with' = {shown(table['tuned_with'])}: expected an object")
     buckets = table.get("buckets")
     if not isinstance(buckets, list) or not buckets:
         raise DispatchError(f"{path}: field 'buckets' = {buckets!r}: expected a non-empty list")
     for b in buckets:
-        ok = isinstance(b, dict) and isinstance(b.get("tokens"), int) and b["tokens"] > 0
+        ok = isinstance(b, dict) and type(b.get("tokens")) is int and b["tokens"] > 0  # not a bool
         for gemm in ("gemm1", "gemm2"):
             try:
                 ok = ok and parse_kernel_name(b.get(gemm)).gemm == gemm
             except ValueError:
                 ok = False
         if not ok:
-            raise DispatchError(f"{path}: bucket {b!r}: expected tokens > 0 and a gemm1 and a gemm2 kernel name")
+            raise DispatchError(f"{path}: bucket {shown(b)}: expected tokens > 0 and a gemm1 and a gemm2 kernel name")
     return table
 
 

@@ -111,12 +111,41 @@ def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:
         raise SpecError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     except ValueError as e:
         raise SpecError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply, expected a model's config.json") from None
     c = _Config(data, str(path))
     model_type = c.get("model_type", str)
     if model_type not in MODEL_TYPES:
         raise SpecError(f"{path}: field 'model_type' = {model_type!r}: expected one of "
                         f"{', '.join(map(repr, MODEL_TYPES))} (the architectures moegen serves)")
-    return model_from_dict(dict(name=name or default_name(path), **MODEL_TYPES[model_type](c)), str(path))
+    try:
+        return model_from_dict(dict(name=name or default_name(path), **MODEL_TYPES[model_type](c)), str(path))
+    except SpecError as e:  # name the config.json's key, which the user can edit, not the spec's field
+        raise SpecError(_CONFIG_FIELD.sub(lambda m: _config_field(model_type, m), str(e), count=1)) from None
+
+
+# The config.json key each spec field comes from, where the names differ.
+_SPEC_FIELD_SOURCES = {
+    "deepseek_v4": {"num_experts": "n_routed_experts", "intermediate_size": "moe_intermediate_size",
+                    "router.top_k": "num_experts_per_tok", "router.renormalize": "norm_topk_prob",
+                    "router.hash_layers": "num_hash_layers", "router.routed_scaling_factor": "routed_scaling_factor",
+                    "activation.limit": "swiglu_limit"},
+    "deepseek_v3": {"num_experts": "n_routed_experts", "intermediate_size": "moe_intermediate_size",
+                    "router.top_k": "num_experts_per_tok", "router.n_group": "n_group",
+                    "router.topk_group": "topk_group", "router.renormalize": "norm_topk_prob",
+                    "router.routed_scaling_factor": "routed_scaling_factor"},
+    "gpt_oss": {"num_experts": "num_local_experts", "router.top_k": "num_experts_per_tok",
+                "activation.limit": "swiglu_limit"},
+    "qwen3_moe": {"intermediate_size": "moe_intermediate_size", "router.top_k": "num_experts_per_tok",
+                  "router.renormalize": "norm_topk_prob"},
+}
+_CONFIG_FIELD = re.compile(r"field '([^']+)'")
+
+
+def _config_field(model_type: str, m: re.Match) -> str:
+    field = m.group(1)
+    key = _SPEC_FIELD_SOURCES[model_type].get(field, field)
+    return m.group(0) if key == field else f"field '{key}' (the spec's {field})"
 
 
 def spec_yaml(spec: ModelSpec, config_path: Path) -> str:

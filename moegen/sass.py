@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 from .arch import serialization_note
-from .artifact import Manifest, read_manifest
+from .artifact import ArtifactError, Manifest, read_manifest, verify_library
 from .problem import gemm_shapes
-from .spec import model_from_dict
+from .spec import model_from_dict, shown
 
 # The tensor-core MMA each arch's GEMM kernels must contain, by (arch, activation format) (SM90 W4A8:
 # FP8 wgmma is QGMMA; SM100: tcgen05.mma kind::mxf8f6f4 is UTCQMMA, .2CTA on a 2-SM pair), and how
@@ -73,9 +73,13 @@ def ptxas_findings(m: Manifest) -> list[tuple[str, bool]]:
     """What ptxas reported for the build's kernels (its manifest's resources), each line with whether it
     fails the audit: spills and stack frames (local memory) always, serialized wgmmas only where the
     arch's config space does not expect them.  Silent slowdowns: no output comparison sees them."""
-    shapes = gemm_shapes(model_from_dict(m.spec))
+    shapes = gemm_shapes(model_from_dict(m.spec, str(m.path)))
     found = []
-    for kernel, res in sorted(m.data.get("resources", {}).items()):
+    resources = m.data.get("resources", {})
+    if not isinstance(resources, dict) or not all(isinstance(r, dict) for r in resources.values()):
+        raise ArtifactError(f"{m.path}: field 'resources' = {shown(resources)}: expected an object of per-kernel "
+                            "ptxas records; rebuild")
+    for kernel, res in sorted(resources.items()):
         if res.get("wgmma_serialized"):
             note = serialization_note(kernel, shapes)
             found.append((f"ptxas serialized the wgmmas of {kernel} (C751x x{res['wgmma_serialized']}; {note})",
@@ -97,6 +101,10 @@ def local_memory_findings(kernel: str, res: dict) -> list[str]:
 
 def audit_build(out_dir: Path) -> tuple[bool, str]:
     m = read_manifest(out_dir)
+    if (m.arch, m.activation_format) not in MMA_OPCODES:
+        raise ArtifactError(f"{m.path}: fields 'arch', 'activation_format' = {shown(m.arch)}, "
+                            f"{shown(m.activation_format)}: expected one of {sorted(MMA_OPCODES)}; rebuild")
+    verify_library(m)  # the SASS audited is the library the manifest describes
     opcodes = MMA_OPCODES[(m.arch, m.activation_format)]
     cuobjdump, env = find_cuobjdump()
     sass = subprocess.run([cuobjdump, "--dump-sass", str(m.library_path)], capture_output=True, text=True,

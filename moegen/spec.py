@@ -44,8 +44,14 @@ class SpecError(ValueError):
     """A spec file or field is invalid; the message names file, field, value and expectation."""
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """repr(value), cut to one short line: an error quotes the bad value, not a whole file."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 12]}... ({len(text)} chars)"
+
+
 def _fail(source: str, field: str, value: Any, expected: str) -> None:
-    raise SpecError(f"{source}: field '{field}' = {value!r}: expected {expected}")
+    raise SpecError(f"{source}: field '{field}' = {shown(value)}: expected {expected}")
 
 
 @dataclass(frozen=True)
@@ -310,7 +316,10 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, (str, int, float, bool)) and key in seen:
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"a key is a {type(key).__name__}, expected a name",
+                                                    key_node.start_mark)
+        if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -339,6 +348,8 @@ def read_yaml(path: Path) -> Any:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {_one_line(e)}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply, expected a spec (a mapping of a few levels)") from None
 
 
 def _resolve(name_or_path: str | Path, config_dir: Path) -> Path:

@@ -28,7 +28,7 @@ class _Exploding(str):
 def test_atomic_write_failure_keeps_old_content_and_no_temp(tmp_path):
     path = tmp_path / "manifest.json"
     path.write_text("original\n")
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(ArtifactError, match=r"manifest.json: cannot write \(disk full \(simulated\)\)"):
         atomic_write(path, _Exploding("new content"))
     assert path.read_text() == "original\n"
     assert os.listdir(tmp_path) == ["manifest.json"]
@@ -58,7 +58,7 @@ def test_atomic_write_failure_mid_write(tmp_path, monkeypatch):
             raise OSError("no space left on device (simulated)")
 
     monkeypatch.setattr(artifact.os, "fdopen", lambda fd, mode: HalfFile(real_fdopen(fd, mode)))
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(ArtifactError, match="simulated"):
         atomic_write(path, b"x" * 1000)
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["big.bin"]
 

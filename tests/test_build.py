@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -441,6 +442,31 @@ def test_clean_prunes_only_unreferenced_objects(tmp_path, fake_toolchain):
     left = {p.name for p in (root / ".objects").glob("*.o")}
     assert left == referenced and not stale.exists()
     assert_consistent(b.plan.out_dir)
+
+
+def test_clean_touches_only_the_stores_own_files_and_waits_for_builds(tmp_path, fake_toolchain):
+    root = tmp_path / "gen"
+    b = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
+    foreign = root / ".objects" / "thesis.tex"
+    foreign.write_text("not moegen's")
+    odd = root / "odd" / "sm90"
+    odd.mkdir(parents=True)
+    (odd / "manifest.json").write_text(json.dumps(dict(json.loads((b.plan.out_dir / "manifest.json").read_text()),
+                                                       objects=[1])))
+    lines = []
+    with build.directory_lock(root / ".objects", log=lines.append, shared=True):  # a build in progress
+        cleaner = threading.Thread(target=build.clean, args=(root,), kwargs=dict(log=lines.append))
+        cleaner.start()
+        cleaner.join(timeout=1.0)
+        assert cleaner.is_alive() and not any("removed" in line for line in lines)
+    cleaner.join(timeout=10)
+    assert not cleaner.is_alive() and any("removed" in line for line in lines)
+    assert foreign.read_text() == "not moegen's"
+    assert any("odd/sm90/manifest.json: unreadable" in line for line in lines)
+    assert_consistent(b.plan.out_dir)
+    for bad, expected in ((tmp_path / "nope", "does not exist"), (tmp_path / "gen" / "odd", "no object store")):
+        with pytest.raises(BuildError, match=expected):
+            build.clean(bad, log=lambda m: None)
 
 
 @pytest.mark.parametrize("make_out, expected", [

@@ -1,6 +1,9 @@
 """Command line: listing, and every command's early failures as one-line errors (no real build runs
 here, and nothing is written outside --out)."""
 import functools
+import json
+import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,6 +12,8 @@ from click.testing import CliRunner
 from moegen import cli, spec as spec_module
 from moegen.arch import get_arch
 from moegen.spec import known_models, load_model
+
+HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 
 
 def one_line_error(result, *fragments):
@@ -171,7 +176,7 @@ def test_list_reports_a_broken_spec_and_lists_the_others(runner, monkeypatch, tm
 
 @pytest.mark.parametrize("args, fragments", [
     (["--buckets", "1,x"], ["--buckets", "'1,x': expected comma-separated integers"]),
-    (["--buckets", "0,4"], ["--buckets", "token counts >= 1"]),
+    (["--buckets", "0,4"], ["--buckets", "integers >= 1"]),
     (["--tolerance", "2"], ["--tolerance"]),
     ([], ["no CUDA GPU visible to PyTorch"]),  # this machine has none: said before any build
 ])
@@ -200,9 +205,42 @@ def test_bench_compare_labels_are_distinct(runner, tmp_path, compare):
     one_line_error(result, "--compare")
 
 
-def test_clean_on_an_empty_root(runner, tmp_path):
+def test_clean_on_a_root_without_a_store(runner, tmp_path):
     result = runner.invoke(cli.main, ["clean", "--out", str(tmp_path)])
+    one_line_error(result, str(tmp_path / ".objects"), "no object store")
+    result = runner.invoke(cli.main, ["clean", "--out", str(tmp_path / "typo")])
+    one_line_error(result, "typo", "does not exist")
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["bench", "--model", "x", "--tokens", "abc"], [" bench: ", "--tokens", "'abc'"]),
+    (["build", "--model", "deepseek-v4-flash"], [" build: ", "--arch", "sm90"]),
+    (["tune", "--model", "deepseek-v4-flash", "--buckets", "0"], ["--buckets", ">= 1"]),
+    (["nosuch"], ["nosuch"]),
+])
+def test_usage_errors_are_one_line(runner, args, fragments):
+    result = runner.invoke(cli.main, args)
+    assert result.exit_code == 2 and "Usage:" not in result.output
+    one_line_error(result, *fragments)
+
+
+def test_spec_output_refuses_what_is_not_a_file_and_writes_through_links(runner, tmp_path):
+    config = tmp_path / "m" / "config.json"
+    config.parent.mkdir()
+    config.write_text((HF_CONFIGS / "gpt-oss-20b.json").read_text())
+    (tmp_path / "target.yaml").write_text("old")
+    (tmp_path / "link.yaml").symlink_to("target.yaml")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    result = runner.invoke(cli.main, ["spec", "--from-config", str(config), "-o", str(tmp_path / "link.yaml")])
     assert result.exit_code == 0, result.output
+    assert (tmp_path / "link.yaml").is_symlink() and "num_experts: 32" in (tmp_path / "target.yaml").read_text()
+    for out, fragment in (("fifo", "not a regular file"), ("dir", "is a directory"),
+                          ("file/x.yaml", "file is not a directory")):
+        result = runner.invoke(cli.main, ["spec", "--from-config", str(config), "-o", str(tmp_path / out)])
+        one_line_error(result, str(tmp_path / out), fragment, "expected")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo", "file", "link.yaml", "m", "target.yaml"]
 
 
 def test_default_kernels_fall_back_to_the_arch_defaults_without_tables(tmp_path):

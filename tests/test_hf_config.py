@@ -65,6 +65,9 @@ def test_cli_writes_a_spec_that_loads(tmp_path):
     (dict(n_routed_experts="256"), "field 'n_routed_experts' = '256': expected an integer"),
     (dict(num_experts_per_tok=None), "field 'num_experts_per_tok' = None: expected an integer"),
     (dict(hidden_size=4100), "field 'hidden_size' = 4100: expected a multiple of 32"),
+    (dict(n_routed_experts=-256), "field 'n_routed_experts' (the spec's num_experts) = -256: expected an integer >= 1"),
+    (dict(num_experts_per_tok=300), "field 'num_experts_per_tok' (the spec's router.top_k) = 300: expected an integer <= 32"),
+    (dict(swiglu_limit=-1.0), "field 'swiglu_limit' (the spec's activation.limit) = -1.0: expected"),
 ])
 def test_bad_configs_are_one_line_errors(tmp_path, change, message):
     config = json.loads((CONFIGS / "deepseek-v4-flash.json").read_text())

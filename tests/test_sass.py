@@ -48,3 +48,32 @@ def test_ptxas_findings_fail_on_local_memory_and_unexpected_serialization_only()
     assert any("gemm2_m64n8k128s4" in line and "NOT EXPECTED" in line for line in failing)
     assert "ptxas spilled 140 bytes in moegen_sm90_gemm1_m256n64k128s4" in failing
     assert any("32-byte stack frame" in line for line in failing)
+
+
+def test_an_odd_manifest_is_a_one_line_error_naming_it(tmp_path):
+    import dataclasses
+    import json
+
+    import pytest
+
+    from moegen.artifact import ArtifactError
+    from moegen.sass import audit_build
+
+    spec = load_model("deepseek-v4-flash").to_dict()
+    m = Manifest(tmp_path / "manifest.json", "f" * 64, "deepseek-v4-flash", "sm90", spec, (), "lib.so", "0" * 64,
+                 "sm90-mxfp4", "bf16", {"resources": [1]})
+    with pytest.raises(ArtifactError, match="manifest.json: field 'resources' = \\[1\\]: expected an object"):
+        ptxas_findings(m)
+    bad_spec = dataclasses.replace(m, spec=dict(spec, num_experts="x"), data={})
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'manifest.json'}: field 'num_experts'"):
+        ptxas_findings(bad_spec)
+    manifest = dict(schema=1, kernels=[], library="libmoegen-0.so", fingerprint="f", variant="v", arch="sm80",
+                    spec=spec, library_sha256="0", weight_layout="x", activation_format="bf16")
+    from moegen.artifact import MANIFEST_SCHEMA
+    manifest["schema"] = MANIFEST_SCHEMA
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="fields 'arch', 'activation_format' = 'sm80', 'bf16': expected one of"):
+        audit_build(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps(dict(manifest, arch="sm90")))
+    with pytest.raises(ArtifactError, match="libmoegen-0.so: library named by .* is missing; rebuild"):
+        audit_build(tmp_path)

@@ -262,6 +262,25 @@ def test_duplicate_keys_are_an_error(tmp_path):
     assert msg.startswith(f"{path}: not valid YAML") and "'num_experts' given twice" in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize("text, why", [
+    ("? [a, b]\n: 1\nname: tiny\n", "a key is a list, expected a name"),
+    ("name: " + "[" * 50000 + "]" * 50000 + "\n", "nested too deeply|not valid YAML"),
+])
+def test_odd_yaml_is_a_one_line_error(tmp_path, text, why):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError, match=why) as excinfo:
+        load_model(path)
+    assert str(excinfo.value).startswith(str(path)) and "\n" not in str(excinfo.value)
+
+
+def test_a_long_bad_value_is_quoted_short(tmp_path):
+    shipped = (CONFIG_DIR / "models" / "qwen3-30b-a3b.yaml").read_text()
+    path = write(tmp_path, shipped.replace("name: qwen3-30b-a3b", "name: " + "x" * 100000))
+    with pytest.raises(SpecError, match="expected") as excinfo:
+        load_model(path)
+    assert len(str(excinfo.value)) < 400 and "(100002 chars)" in str(excinfo.value)
+
+
 def test_non_utf8_file_names_the_file(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("name: tiny\n# caf\u00e9\n".encode("latin-1"))

@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -47,6 +48,7 @@ BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xco
 LINK_FLAGS = ("-Xlinker=--no-undefined",)  # a missing kernel symbol fails the link, not the dlopen
 OBJECT_STORE = ".objects"  # under the output root
 LOCK_NAME = ".lock"
+STAGING = ".staging"  # a build directory's next sources and logs, until the library links
 # The generator: every module whose code decides what a build produces.  Its source is hashed into
 # the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
 GENERATOR_SOURCES = ("spec.py", "problem.py", "naming.py", "layout.py", "arch", "render.py", "build.py",
@@ -379,8 +381,8 @@ def _up_to_date(plan: BuildPlan) -> dict | None:
 def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], None] = print) -> BuildResult:
     out, store = plan.out_dir, plan.store
     _prepare_dir(out.parent.parent, "output")
+    _prepare_dir(store, "object store")  # first: a bad --objects leaves no empty build directory
     _prepare_dir(out, "build")
-    _prepare_dir(store, "object store")
     # The build directory's lock serializes builds of one variant; the store's, shared by every build
     # and taken exclusively by `clean`, keeps clean from pruning objects a running build has not linked yet.
     with directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish"), \
@@ -400,12 +402,14 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         result.resources = current.get("resources", {})
         log(f"{plan.manifest['variant']}/{plan.manifest['arch']}: up to date ({out})")
         return result
+    # This build's sources and logs go to a staging directory, compiled there, and replace src/ and
+    # logs/ only once the library links: a failed or killed rebuild leaves the built one's intact.
+    stage = out / STAGING
+    shutil.rmtree(stage, ignore_errors=True)  # a killed run's (we hold the lock)
     for sub in ("src", "logs"):
-        (out / sub).mkdir(exist_ok=True)
+        (stage / sub).mkdir(parents=True)
     for name, text in plan.sources.items():
-        p = out / "src" / name
-        if not p.is_file() or p.read_text() != text:
-            atomic_write(p, text)
+        atomic_write(stage / "src" / name, text)
 
     todo = [c for c in plan.compiles if not object_ok(store, c)]
     result.reused = [c.name for c in plan.compiles if c not in todo]
@@ -415,7 +419,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
             if cached_log.is_file():
                 text = cached_log.read_text(errors="replace")
                 result.resources[c.name] = ptxas_resources(text)
-                _write_log(out, c, text)  # logs/ describes this build's objects, cached or not
+                _write_log(stage, c, text)  # logs/ describes this build's objects, cached or not
     try:
         jobs = jobs or os.cpu_count() or 1
         if todo:
@@ -444,21 +448,18 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
             step, text = failures[0]
             tail = "\n".join(text.strip().splitlines()[-40:])
             raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all); "
-                             f"full log: {out / 'logs' / (step.name + '.log')}\n{tail}")
+                             f"full log: {stage / 'logs' / (step.name + '.log')}\n{tail}")
         _link(plan)
+        for sub in ("src", "logs"):  # the sources and logs of exactly this library (two renames each)
+            if (out / sub).exists():
+                os.replace(out / sub, stage / f"previous-{sub}")
+            os.replace(stage / sub, out / sub)
         manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources)
         atomic_write(out / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        # Older libraries are unreachable once the manifest names the new one; sources and logs of
-        # kernels this build does not have would pass for its own (their objects stay in the store).
+        shutil.rmtree(stage, ignore_errors=True)
+        # Older libraries are unreachable once the manifest names the new one.
         for p in out.glob("libmoegen-*.so"):
             if p.name != plan.library:
-                p.unlink(missing_ok=True)
-        built = {c.name for c in plan.compiles}
-        for p in (out / "logs").glob("*.log"):
-            if p.stem not in built:
-                p.unlink(missing_ok=True)
-        for p in (out / "src").glob("*.cu"):
-            if p.name not in plan.sources:
                 p.unlink(missing_ok=True)
         if todo:
             log(f"built {out / plan.library} in {time.monotonic() - start:.0f} s")
@@ -474,17 +475,17 @@ def _write_log(out: Path, step: CompileStep, text: str) -> None:
 
 
 def _compile_one(plan: BuildPlan, step: CompileStep):
-    out, store = plan.out_dir, plan.store
-    tmp = (store / _tmp_name(step.obj)).absolute()  # nvcc runs in the build directory
+    stage, store = plan.out_dir / STAGING, plan.store
+    tmp = (store / _tmp_name(step.obj)).absolute()  # nvcc runs in the staging directory
     t0 = time.monotonic()
     try:
-        proc = subprocess.run([*step.command, "-o", str(tmp)], cwd=out, capture_output=True, text=True,
+        proc = subprocess.run([*step.command, "-o", str(tmp)], cwd=stage, capture_output=True, text=True,
                               check=False)
         text = proc.stdout + proc.stderr
         ok = proc.returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0
     except OSError as e:
         text, ok = f"{step.command[0]}: {e}", False
-    _write_log(out, step, text)
+    _write_log(stage, step, text)
     if not ok:
         tmp.unlink(missing_ok=True)
         return step, False, text, time.monotonic() - t0

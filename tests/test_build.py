@@ -408,6 +408,25 @@ def test_concurrent_builds_of_different_kernel_sets_and_spec_versions(tmp_path, 
         assert info["kernels"] in ([c.name for c in set_a], [c.name for c in set_b]), i
 
 
+def test_failed_rebuild_keeps_the_built_sources_and_logs(tmp_path, fake_toolchain, monkeypatch):
+    root = tmp_path / "gen"
+    first = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    out = first.plan.out_dir
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".lock" not in p.name}
+    monkeypatch.setattr(build, "_link", lambda plan: (_ for _ in ()).throw(BuildError("link failed (simulated)")))
+    with pytest.raises(BuildError, match="simulated"):
+        run(tiny(), TINY_SETS["b"], root, fake_toolchain)  # compiles into the staging directory, then fails
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*")
+             if p.is_file() and ".lock" not in p.name and build.STAGING not in p.parts}
+    assert after == before
+    assert_consistent(out)
+    monkeypatch.undo()
+    second = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
+    assert {p.stem for p in (out / "src").glob("*.cu")} == {c.name for c in second.plan.compiles}
+    assert not (out / build.STAGING).exists()
+    assert_consistent(out)
+
+
 def test_killed_link_leaves_nothing_behind(tmp_path, fake_toolchain):
     """Issue: a link killed midway left a 0-byte temporary .so behind for good."""
     root = tmp_path / "gen"

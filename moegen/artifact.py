@@ -61,6 +61,11 @@ def source_commit() -> str:
         return "unknown"
 
 
+def output_dir(spec: Any, arch: str, root: Path) -> Path:
+    """A build's directory under an output root: root/<variant>/<arch> (spec: a moegen.spec.ModelSpec)."""
+    return Path(root) / spec.variant / arch
+
+
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write path through a temporary file in its directory and a rename: a reader sees the old
     contents or the new, never part of either (also when the writer is killed).  A symbolic link is

@@ -20,7 +20,7 @@ import torch
 from .artifact import source_commit
 from .gpu_monitor import GpuMonitor
 from .profiler import capture, pooled, replay_back_to_back, timing_pool, warm_up
-from .runtime import MoeLayer
+from .runtime import MoeLayer, driver_version
 from .spec import ModelSpec
 from .testing import Weights, random_inputs, random_weights
 
@@ -176,9 +176,8 @@ def _row(label, layer: MoeLayer, spec: ModelSpec, T: int, kernels, sets: _InputS
                     p.power_w_median, p.power_capped_share, joules)
 
 
-def environment() -> dict:
-    props = torch.cuda.get_device_properties(0)
-    from .runtime import driver_version
+def environment(device: torch.device | int | None = None) -> dict:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
     return dict(gpu=props.name, sm_count=props.multi_processor_count, driver=driver_version(), cuda=torch.version.cuda,
                 torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=source_commit())
 

@@ -37,7 +37,7 @@ from typing import Callable, Iterator
 from . import render
 from .arch import get_arch, serialization_note
 from .artifact import (ABI_VERSION, MANIFEST_NAME, MANIFEST_SCHEMA, ArtifactError, atomic_write, file_sha256,
-                       read_manifest, sha256_bytes)
+                       output_dir, read_manifest, sha256_bytes)
 from .naming import GEMMS, KernelConfig
 from .paths import PACKAGE_DIR
 from .problem import gemm_shapes
@@ -182,10 +182,6 @@ def find_toolchain() -> Toolchain:
     ver = ".".join(re.search(rf"#define CUTLASS_{k} (\d+)", text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
     return Toolchain(nvcc=nvcc, nvcc_version=m.group(1), cutlass_include=include, cutlass_version=ver,
                      lib_dirs=_runtime_lib_dirs(nvcc))
-
-
-def output_dir(spec: ModelSpec, arch: str, root: Path) -> Path:
-    return root / spec.variant / arch
 
 
 def check_plan_inputs(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> None:

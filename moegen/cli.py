@@ -224,7 +224,7 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
 
     from .artifact import atomic_write
     from .bench import bench_layers, markdown_table, measure_ceilings, to_json
-    from .build import output_dir
+    from .artifact import output_dir
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
     compared: dict[str, Path] = {}
@@ -261,7 +261,7 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
 @_one_line_errors
 def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, out_root) -> None:
     """Run every kernel of the built library against the float64 reference on this GPU."""
-    from .build import output_dir
+    from .artifact import output_dir
     from .check import check_library
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
@@ -281,7 +281,7 @@ def sass(model, arch, tp_size, ep_size, ep_rank, activations, out_root) -> None:
     """Audit the built library's machine code: every GEMM kernel uses the arch's tensor-core MMA, no
     kernel touches local memory (spills), and ptxas serialized no wgmmas where the config space does
     not expect it (the serializations it does expect are listed)."""
-    from .build import output_dir
+    from .artifact import output_dir
     from .sass import audit_build
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     ok, report = audit_build(output_dir(spec, arch, out_root))

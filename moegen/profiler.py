@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .dispatch import heuristic_choice
 from .gpu_monitor import GpuMonitor, PowerState, Window
 from .runtime import MoeLayer
 from .testing import Inputs, Weights, random_inputs, random_weights, reference_output, relative_l2, tolerance
@@ -167,7 +168,6 @@ class LayerProfiler:
 
     def __call__(self, tokens: int, gemm1: int, gemm2: int) -> Timing:
         if tokens != self._tokens:
-            from .dispatch import heuristic_choice
             self._start_bucket(tokens, heuristic_choice(self.layer.kernels, self.layer.spec, tokens))
         spec, w, x0 = self.layer.spec, self.weights, self.inputs[0]
         res = self.layer(x0.hidden, x0.logits, w.prepared, x0.score_bias, kernels=(gemm1, gemm2), poison=True)

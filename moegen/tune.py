@@ -18,7 +18,7 @@ from typing import Callable
 
 from .artifact import atomic_write, source_commit
 from .dispatch import TABLE_SCHEMA, DispatchError, GpuInfo, heuristic_choice, is_partial, read_table, table_path
-from .naming import KernelConfig
+from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey, rows_per_expert
 from .sass import local_memory_findings
 from .spec import ModelSpec
@@ -207,7 +207,6 @@ def make_table(spec: ModelSpec, arch: str, gpu: GpuInfo, kernels: list[KernelCon
 
 def compact_table(table: dict, tolerance: float) -> dict:
     """A table's compaction from the timings it keeps (see compact): the same search, fewer kernels."""
-    from .naming import parse_kernel_name
     names = sorted({n for row in table["measurements"] for n in row[1:3]} |
                    {b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")})
     index = {n: i for i, n in enumerate(names)}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from moegen.arch import get_arch
 from moegen.build import OBJECT_STORE
-from moegen.cli import DEFAULT_OUT
+from moegen.paths import DEFAULT_OUT
 from moegen.naming import KernelConfig, parse_kernel_name
 from moegen.dispatch import table_kernels
 from moegen.kernel_sets import default_kernels

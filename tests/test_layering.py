@@ -17,13 +17,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """moegen modules imported at module level (function-level imports are lazy, on purpose)."""
+def imports_of(path: Path, lazy: bool = False) -> set[str]:
+    """moegen modules imported at module level, or (lazy) anywhere, function bodies included."""
     tree = ast.parse(path.read_text())
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
     out = set()
-    for node in tree.body:
+    for node in (ast.walk(tree) if lazy else tree.body):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("moegen"))
         elif isinstance(node, ast.ImportFrom):
@@ -42,6 +42,23 @@ def imports_of(path: Path) -> set[str]:
 
 
 GRAPH = {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+LAZY_GRAPH = {module_name(p): imports_of(p, lazy=True) for p in PACKAGE.rglob("*.py")}
+# What the runtime may reach, lazily or not: spec, artifact (manifest, ABI, hashing), dispatch, the ctypes
+# binding, and the pure weight-layout code that `prepare` runs on the GPU at load time.
+RUNTIME_MAY_REACH = {"moegen", "moegen.spec", "moegen.paths", "moegen.problem", "moegen.naming", "moegen.artifact",
+                     "moegen.dispatch", "moegen.binding", "moegen.layout", "moegen.prepare", "moegen.fp8",
+                     "moegen.mxfp4", "moegen.mxfp8", "moegen.routing", "moegen.runtime"}
+
+
+def reach(module: str, graph: dict) -> set[str]:
+    reached, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        for dep in graph.get(m, ()):
+            if dep not in reached:
+                reached.add(dep)
+                todo.append(dep)
+    return reached
 
 
 def test_no_import_cycles():
@@ -65,14 +82,13 @@ def test_no_import_cycles():
 @pytest.mark.parametrize("ground", ["moegen.runtime", "moegen.artifact", "moegen.dispatch", "moegen.binding",
                                     "moegen.layout", "moegen.spec", "moegen.problem", "moegen.naming"])
 def test_ground_floor_imports_no_generator_module(ground):
-    reached, todo = set(), [ground]
-    while todo:
-        m = todo.pop()
-        for dep in GRAPH.get(m, ()):
-            if dep not in reached:
-                reached.add(dep)
-                todo.append(dep)
+    reached = reach(ground, GRAPH)
     assert not reached & GENERATOR_ONLY, f"{ground} reaches {sorted(reached & GENERATOR_ONLY)}"
+
+
+@pytest.mark.parametrize("ground", ["moegen.runtime", "moegen.routing"])
+def test_the_runtime_reaches_only_its_allowlist_even_lazily(ground):
+    assert sorted(reach(ground, LAZY_GRAPH) - RUNTIME_MAY_REACH) == []
 
 
 def test_loading_the_runtime_imports_no_build_render_or_tune():

@@ -15,7 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from moegen.cli import DEFAULT_OUT
+from moegen.paths import DEFAULT_OUT
 from moegen.distributed import DistributedMoe, make_groups, rank_spec
 from moegen.prepare import prepare
 from moegen.runtime import load

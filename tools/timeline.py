@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from moegen.bench import input_sets
-from moegen.cli import DEFAULT_OUT
+from moegen.paths import DEFAULT_OUT
 from moegen.runtime import load
 from moegen.testing import random_weights
 

@@ -186,5 +186,14 @@ class LayerProfiler:
         warm_up(graphs, self.settle_seconds)
         return replay_back_to_back(graphs, self.reps, self.min_seconds, self.monitor)
 
+    def context_alive(self) -> bool:
+        """Whether the GPU still runs work after a failure (a sticky error, such as an illegal
+        address, leaves every later call failing)."""
+        try:
+            probe = torch.ones(1, device="cuda")  # the device the weights and inputs are on
+            return (probe + probe).item() == 2.0
+        except Exception:  # noqa: BLE001 - whatever the failure, the context cannot be trusted
+            return False
+
     def close(self) -> None:
         self.monitor.close()

@@ -75,6 +75,13 @@ def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], 
         reason = "" if math.isfinite(us) else "profiler returned a non-finite time"
     except Exception as e:  # noqa: BLE001 - any failure scores infinity with its reason
         us, reason = math.inf, " ".join(f"{type(e).__name__}: {e}".split())
+        # ...unless it broke the CUDA context (an illegal address is sticky): every later candidate
+        # would then fail too and score infinity with a reason that is not its own.
+        context_alive = getattr(profiler, "context_alive", None)
+        if context_alive is not None and not context_alive():
+            raise TuneError(f"T = {tokens}, {names[g1]} + {names[g2]}: {reason}; the CUDA context is lost, so the "
+                            "tune stops here (the buckets finished so far are saved; rerun with --kernels "
+                            "leaving this pair out, and report it)") from None
     return Measurement(tokens, names[g1], names[g2], us if math.isfinite(us) else math.inf, reason, mhz, watts, stage)
 
 

@@ -379,3 +379,39 @@ def test_a_merged_tune_leaves_the_pairs_of_buckets_it_did_not_time():
     recompacted = tune.compact_table(tune.merge_tables(previous, raw), 0.01)
     assert (recompacted["buckets"][0]["gemm1"], recompacted["buckets"][0]["gemm2"]) != other
     assert merged["buckets"][1:] == recompacted["buckets"][1:]
+
+
+def test_a_lost_cuda_context_stops_the_tune_and_keeps_the_finished_buckets():
+    saved = []
+
+    class Crashing:
+        alive = True
+
+        def __call__(self, tokens, g1, g2):
+            if tokens == 16:
+                self.alive = False  # an illegal address: sticky, every later call fails
+            if not self.alive:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return fake_time(tokens, g1, g2)
+
+        def context_alive(self):
+            return self.alive
+
+    with pytest.raises(tune.TuneError, match="T = 16, moegen_sm90_gemm1_.*illegal memory access.*CUDA context is lost"):
+        tune.search(KERNELS, SPEC, Crashing(), buckets=(1, 16, 64), log=lambda m: None,
+                    on_bucket=lambda choices, measurements: saved.append(sorted(choices)))
+    assert saved == [[1]]  # the bucket finished before the crash is handed over to be saved
+
+    failing_kernel = next(i for i, k in enumerate(KERNELS) if k.gemm == "gemm1" and tune.pruned(k, 0.1) is None)
+
+    class Failing:  # a kernel that fails on its own leaves the context usable: it just scores infinity
+        def __call__(self, tokens, g1, g2):
+            if g1 == failing_kernel:
+                raise RuntimeError("moegen: launch failed (too many resources requested)")
+            return fake_time(tokens, g1, g2)
+
+        def context_alive(self):
+            return True
+
+    choices, measurements = tune.search(KERNELS, SPEC, Failing(), buckets=(1,), log=lambda m: None)
+    assert any(math.isinf(m.us) and "too many resources" in m.reason for m in measurements)

@@ -1,4 +1,4 @@
-"""e4m3 operands for W4A8 on Hopper (issue 21): MXFP4 weights folded into e4m3, activations per token.
+"""e4m3 operands for W4A8 on Hopper: MXFP4 weights folded into e4m3, activations per token.
 
 FP8 wgmma reads e4m3 operands and has no block scales, so both operands carry their scales outside.
 

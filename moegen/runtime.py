@@ -327,7 +327,7 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     if spec is not None:
         if not isinstance(spec, ModelSpec):
             raise LoadError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
-        want, have = spec.to_dict(), built_spec.to_dict()  # a field the manifest predates reads as its default
+        want, have = spec.to_dict(), built_spec.to_dict()  # a field absent from the manifest reads as its default
         if want != have:
             diff = next(k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k))
             raise LoadError(f"{mpath}: built for {manifest.variant}, but the spec given differs at "

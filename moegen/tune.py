@@ -333,7 +333,7 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     profiler = LayerProfiler(layer, min_seconds=min_seconds, warm_seconds=warm_seconds, settle_seconds=settle_seconds,
                              reps=reps, rotations=rotations)
     root = table_root or user_dir(out_root)
-    # statistic: tables tuned before it was recorded took the median of all replays
+    # statistic: how a candidate's replays become its time, recorded so tables say how they were timed
     steady = dict(warm_seconds=warm_seconds, settle_seconds=settle_seconds, min_seconds=min_seconds, reps=reps,
                   rotations=rotations, statistic="mean over the input sets of each set's median replay")
     # A table of this GPU and problem already there (a tune of other buckets, or one cut short) keeps

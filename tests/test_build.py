@@ -130,7 +130,7 @@ def test_routing_edit_rebuilds_only_the_layer(tmp_path):
 
 
 def test_generator_edit_changes_the_library_not_the_objects(tmp_path):
-    """Issue: editing a render function changed every object fingerprint but not the library's."""
+    """Editing a render function changes the library's fingerprint (the generator's source is hashed in)."""
     a, b = plan(generator="1" * 64), plan(generator="2" * 64)
     assert a.fingerprint != b.fingerprint and a.library != b.library
     assert _changed_objects(a, b) == {"build_info"}
@@ -312,7 +312,7 @@ def test_build_compiles_links_and_is_then_up_to_date(tmp_path, fake_toolchain):
 
 
 def test_switching_kernel_sets_reuses_objects(tmp_path, fake_toolchain):
-    """Issue: all -> default -> all deleted the other set's objects and recompiled ~100 units."""
+    """Switching kernel sets (all -> default -> all) keeps both sets' objects: nothing recompiles."""
     root = tmp_path / "gen"
     run(tiny(), TINY_SETS["a"], root, fake_toolchain)
     b = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
@@ -323,8 +323,8 @@ def test_switching_kernel_sets_reuses_objects(tmp_path, fake_toolchain):
 
 
 def test_logs_and_sources_are_this_builds(tmp_path, fake_toolchain):
-    """Issue: logs/ kept an earlier build's log for a kernel whose object came from the store (a
-    spill that the linked object did not have), and the logs and sources of kernels no longer built."""
+    """logs/ holds this build's log of every kernel, also of one whose object came from the store (its
+    ptxas report is the linked object's), and src/ and logs/ hold nothing of kernels no longer built."""
     root = tmp_path / "gen"
     run(tiny(), TINY_SETS["a"], root, fake_toolchain)
     b = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
@@ -342,7 +342,7 @@ def test_logs_and_sources_are_this_builds(tmp_path, fake_toolchain):
 
 
 def test_truncated_object_is_rebuilt(tmp_path, fake_toolchain):
-    """Issue: a cached object truncated to 0 bytes linked into a broken .so, then 'up to date'."""
+    """A cached object truncated to 0 bytes is recompiled, not linked into a broken library."""
     root = tmp_path / "gen"
     first = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
     victim = next(c for c in first.plan.compiles if c.name == TINY_SETS["a"][1].name)
@@ -389,8 +389,8 @@ def _start_build(toolchain, root, spec_path, configs, env=None):
 
 
 def test_concurrent_builds_of_different_kernel_sets_and_spec_versions(tmp_path, fake_toolchain):
-    """Issue: two builds into one directory, started together, left a manifest naming a deleted or
-    different library in 3-9 rounds of 10-20.  Every round here must end consistent."""
+    """Two builds into one directory, started together, end with a manifest naming the library it
+    describes, every round (without the locks, 3-9 rounds of 10-20 did not)."""
     root = tmp_path / "gen"
     v1 = tmp_path / "v1.yaml"
     v1.write_text(yaml.safe_dump(TINY))
@@ -428,7 +428,7 @@ def test_failed_rebuild_keeps_the_built_sources_and_logs(tmp_path, fake_toolchai
 
 
 def test_killed_link_leaves_nothing_behind(tmp_path, fake_toolchain):
-    """Issue: a link killed midway left a 0-byte temporary .so behind for good."""
+    """A link killed midway leaves no temporary library behind, and the next build completes."""
     root = tmp_path / "gen"
     spec_path = tmp_path / "tiny.yaml"
     spec_path.write_text(yaml.safe_dump(TINY))

@@ -27,8 +27,7 @@ TOKENS = (0, 1, 2, 3, 8, 9, 33, 255, 500, 1024, 4096)  # 8 | 9: one-block | many
 # row's error is a handful of flipped `h` elements: FP8 wgmma adds its products at reduced precision,
 # about 2e-4 relative on GEMM1 with each K tile's partial sums promoted to fp32, and re-quantizing `h`
 # to e4m3 turns that into whole e4m3 steps on the few elements it moves across a rounding boundary).
-# Measured 1.9e-3 - 8.5e-3 over every shipped model (H200, 2026-12-02, 6cc4fac and 6dbbb25, T <= 2
-# pooled; medians 3.6-3.7e-3; 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
+# Measured 1.9e-3 - 8.5e-3 over every shipped model (H200, T <= 2 pooled; medians 3.6-3.7e-3; 1.2-1.4e-2 without the promotion).  A layout or scale error is O(1).
 # Up to SMALL_T tokens the error is pooled over SMALL_T_DRAWS fresh draws, each a poisoned call of its
 # own, and bounded for the rows pooled.
 SMALL_T = 2

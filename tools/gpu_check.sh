@@ -32,7 +32,7 @@ step sass  # wgmma in every GEMM kernel, no local memory, ptxas's serialized-wgm
 [ -n "${SKIP_SASS:-}" ] || run $MOEGEN sass --model "$MODEL" > "$OUT/sass.txt" 2>&1
 tail -1 "$OUT/sass.txt" 2>/dev/null
 
-step sass_w4a8  # the same audit of the model's W4A8 build: its kernels differ, and a spill there once went unseen
+step sass_w4a8  # the same audit of the model's W4A8 build: its kernels differ, and a spill there would go unseen
 if [ -z "${SKIP_SASS:-}" ] && [ -z "${SKIP_W4A8:-}" ]; then
   run $MOEGEN build --model "$MODEL" --arch sm90 --activations fp8 > "$OUT/build_w4a8.log" 2>&1
   run $MOEGEN sass --model "$MODEL" --activations fp8 > "$OUT/sass_w4a8.txt" 2>&1

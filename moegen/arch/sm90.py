@@ -255,19 +255,19 @@ SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", 
                   launch_params="const moegen::GemmParams*, int, long, cudaStream_t", shortlist=SHORTLIST,
                   wgmma_serialization=wgmma_serialization, expert_progress=expert_progress)
 
-# W4A8 (issue 21): the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
+# W4A8: the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
 # and fp8 wgmma (k32).  A 128-wide e4m3 K tile has the bytes of a 64-wide bf16 one.  block_k is 128
 # only: each K tile's partial sums are promoted into the fp32 accumulators (FP8 wgmma accumulates at
 # reduced precision), so the promotion interval is block_k, and one interval for every kernel keeps
 # a token's result independent of the kernel its batch size picks (k256 kernels broke batch
-# invariance against k128 ones on the H200).  The tiles below are the bf16 picks: untuned until
-# the H200 tuner times them.
+# invariance against k128 ones on the H200).  The fallback tiles are the shapes of the BF16 picks, for
+# problems no shipped table covers.
 FP8_FALLBACK = {
     "decode": [(64, 8, 128, 6), (64, 8, 128, 4)],
     "mid": [(64, 32, 128, 4), (64, 32, 128, 3)],
     "prefill": [(128, 128, 128, 4), (128, 64, 128, 4), (128, 128, 128, 3)],
 }
-# One-warpgroup tiles for large T (H200 tuner, 2026-12-02): m64n64k128 (three CTAs per SM) tied at
+# One-warpgroup tiles for large T (H200 tuner): m64n64k128 (three CTAs per SM) tied at
 # T = 1024 and ran 2-13 % behind m128n128 from 4096; m64n128k128 (two) spilled 524 B and ran 7-24 %
 # behind.  Each reads the token tile for half as many weight rows.
 FP8_SHORTLIST = ((64, 8, 128, 4), (64, 8, 128, 6), (64, 8, 128, 8), (64, 16, 128, 4), (64, 16, 128, 6),

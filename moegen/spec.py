@@ -6,6 +6,7 @@ the same schema ``model_from_dict`` reads, so a spec round-trips through a manif
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import re
@@ -38,6 +39,9 @@ MAX_INTERMEDIATE = 32768
 # Names become directory and C++ identifier parts: lower-case letters, digits, '.', '_' and '-',
 # starting with a letter or digit (so never '..', '/', a newline or an absolute path).
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+_validating = contextvars.ContextVar("moegen_spec_validating", default=False)  # model_from_dict builds one
 
 
 class SpecError(ValueError):
@@ -97,6 +101,20 @@ class ModelSpec:
     activations: str = "bf16"  # one of ACTIVATION_PRECISIONS
     source: str = "<inline>"
 
+    def __post_init__(self):
+        """Built any way (the constructor, dataclasses.replace), a ModelSpec is validated as a file is:
+        its schema goes through model_from_dict once."""
+        if _validating.get():
+            return
+        for field, kind in (("router", RouterSpec), ("activation", ActivationSpec), ("parallel", ParallelSpec)):
+            if not isinstance(getattr(self, field), kind):
+                _fail(self.source, field, getattr(self, field), f"a moegen.spec.{kind.__name__}")
+        token = _validating.set(True)
+        try:
+            model_from_dict(self.to_dict(), self.source)
+        finally:
+            _validating.reset(token)
+
     @property
     def local_experts(self) -> int:
         return self.num_experts // self.parallel.ep_size
@@ -137,7 +155,11 @@ class ModelSpec:
         new = ParallelSpec(tp_size=p.tp_size if tp_size is None else tp_size,
                            ep_size=p.ep_size if ep_size is None else ep_size,
                            ep_rank=p.ep_rank if ep_rank is None else ep_rank)
-        spec = dataclasses.replace(self, parallel=new)
+        token = _validating.set(True)  # validated here, naming the split as the source
+        try:
+            spec = dataclasses.replace(self, parallel=new)
+        finally:
+            _validating.reset(token)
         _validate_model(spec, f"{self.source} (parallel split)")
         return spec
 

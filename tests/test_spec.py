@@ -414,3 +414,16 @@ def test_activations_field_defaults_and_names_the_variant(tmp_path):
     data["activations"] = "e4m3"
     with pytest.raises(SpecError, match=r"'activations' = 'e4m3'"):
         model_from_dict(data, "x.yaml")
+
+
+def test_a_spec_built_in_code_is_validated_like_a_file():
+    good = load_model("qwen3-30b-a3b")
+    with pytest.raises(SpecError, match="field 'num_experts' = 'x': expected an integer"):
+        dataclasses.replace(good, num_experts="x")
+    with pytest.raises(SpecError, match="field 'router.top_k' = 200: expected an integer <= 32"):
+        ModelSpec(good.name, good.num_experts, good.hidden_size, good.intermediate_size,
+                  dataclasses.replace(good.router, top_k=200), good.activation)
+    with pytest.raises(SpecError, match="field 'router' = .*: expected a moegen.spec.RouterSpec"):
+        ModelSpec(good.name, good.num_experts, good.hidden_size, good.intermediate_size, {"kind": "x"},
+                  good.activation)
+    assert dataclasses.replace(good) == good

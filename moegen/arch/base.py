@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Callable
 
 from ..naming import GEMMS, KernelConfig
@@ -39,6 +40,12 @@ class ArchPolicy:
     # KernelConfig -> whether the kernel carries the per-expert progress code (GEMM2 starts on an
     # expert's rows as they land); the layer follows per expert only when both of its kernels do.
     expert_progress: Callable[[KernelConfig], bool] = lambda c: False
+
+    def __post_init__(self):  # frozen all the way down: a policy is shared by every build in the process
+        object.__setattr__(self, "axes", MappingProxyType({k: tuple(v) for k, v in self.axes.items()}))
+        object.__setattr__(self, "fallback", MappingProxyType({k: tuple(map(tuple, v)) for k, v in self.fallback.items()}))
+        object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "shortlist", tuple(map(tuple, self.shortlist)))
 
     @property
     def fp8(self) -> bool:

@@ -20,7 +20,7 @@ import torch
 from .artifact import source_commit
 from .gpu_monitor import GpuMonitor
 from .profiler import capture, pooled, replay_back_to_back, timing_pool, warm_up
-from .runtime import MoeLayer, driver_version
+from .runtime import MoeLayer, benchmark_switches, driver_version
 from .spec import ModelSpec
 from .testing import Weights, random_inputs, random_weights
 
@@ -179,7 +179,8 @@ def _row(label, layer: MoeLayer, spec: ModelSpec, T: int, kernels, sets: _InputS
 def environment(device: torch.device | int | None = None) -> dict:
     props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
     return dict(gpu=props.name, sm_count=props.multi_processor_count, driver=driver_version(), cuda=torch.version.cuda,
-                torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=source_commit())
+                torch=torch.__version__, date=time.strftime("%Y-%m-%d"), commit=source_commit(),
+                benchmark_switches=benchmark_switches())
 
 
 def _cell(v, fmt: str) -> str:

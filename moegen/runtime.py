@@ -14,6 +14,7 @@ they capture in CUDA graphs and trace under ``torch.compile(fullgraph=True)``:
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -309,11 +310,22 @@ class MoeLayer:
         return prepare(self.spec, *args, layout=self.weight_layout, **kwargs)
 
 
+# Environment variables the SM90 kernels read to override a choice of their own, for A/B runs.
+BENCHMARK_SWITCHES = ("MOEGEN_GRID", "MOEGEN_GEMM2_WAIT")
+
+
+def benchmark_switches() -> dict[str, str]:
+    return {name: os.environ[name] for name in BENCHMARK_SWITCHES if os.environ.get(name)}
+
+
 def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.device | str | None = None,
          dispatch_root: str | Path | None = None) -> MoeLayer:
     """Load ``generated/<variant>/<arch>``; checks manifest, library, spec and GPU before use.
     dispatch_root: where user dispatch tables live (default: the build's output root's dispatch/)."""
     out_dir = Path(out_dir)
+    for name, value in benchmark_switches().items():
+        warn_once(f"{name}={value} is set: the library's kernels take it over their own choice (a switch for "
+                  "benchmarking; unset it to serve)")
     try:
         manifest = read_manifest(out_dir)
         verify_library(manifest)

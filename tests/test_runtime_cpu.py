@@ -47,3 +47,17 @@ def test_lazy_submodules():
     assert moegen.load_experts.__doc__
     with pytest.raises(AttributeError):
         moegen.nope
+
+
+def test_a_benchmarking_switch_in_the_environment_is_warned_about(tmp_path, monkeypatch):
+    import pytest
+
+    from moegen import dispatch, runtime
+
+    monkeypatch.setenv("MOEGEN_GRID", "tiles")
+    monkeypatch.delenv("MOEGEN_GEMM2_WAIT", raising=False)
+    dispatch._warned.clear()
+    with pytest.warns(RuntimeWarning, match="MOEGEN_GRID=tiles is set"):
+        with pytest.raises(runtime.LoadError):
+            runtime.load(tmp_path)
+    assert runtime.benchmark_switches() == {"MOEGEN_GRID": "tiles"}

@@ -427,3 +427,11 @@ def test_a_spec_built_in_code_is_validated_like_a_file():
         ModelSpec(good.name, good.num_experts, good.hidden_size, good.intermediate_size, {"kind": "x"},
                   good.activation)
     assert dataclasses.replace(good) == good
+
+
+def test_yaml_merge_keys_merge_and_the_mappings_own_keys_override(tmp_path):
+    path = write(tmp_path, "name: merged\nnum_experts: 128\nhidden_size: 2048\nintermediate_size: 768\n"
+                           "router:\n  <<: {kind: softmax_topk, top_k: 4, renormalize: false}\n  top_k: 6\n"
+                           "activation: {kind: swiglu}\n")
+    merged = load_model(path)
+    assert merged.router.kind == "softmax_topk" and merged.router.top_k == 6 and merged.router.renormalize is False

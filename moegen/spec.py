@@ -389,6 +389,9 @@ def _resolve(name_or_path: str | Path, config_dir: Path) -> Path:
 
 
 def load_model(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> ModelSpec:
+    if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
+        raise SpecError(f"model = {shown(name_or_path)}: expected a model name ({', '.join(known_models(config_dir))}) "
+                        "or the path of a .yaml spec")
     path = _resolve(name_or_path, config_dir)
     spec = model_from_dict(read_yaml(path), str(path))
     if path.parent == config_dir / "models" and spec.name != path.stem:

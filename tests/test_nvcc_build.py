@@ -274,11 +274,12 @@ def test_compile_failure_names_kernel(tmp_path, monkeypatch):
     out = tmp_path / "tiny" / "sm90"
     assert msg.startswith(f"kernel {broken} failed to compile (1 failure(s) in all)")
     assert CONFIGS[0].name not in msg
-    assert str(out / "logs" / f"{broken}.log") in msg
+    failed_log = out / build.STAGING / "logs" / f"{broken}.log"  # the failed build's; logs/ stays the built one's
+    assert str(failed_log) in msg
     # The compiler's own words, with the file and line.
     assert f"src/{broken}.cu(3): error" in msg
     assert "expected a \")\"" in msg
-    assert "expected a \")\"" in (out / "logs" / f"{broken}.log").read_text()
+    assert "expected a \")\"" in failed_log.read_text()
     # Nothing half-built: no library, no manifest, no temp file; the good objects are cached.
     assert not (out / "manifest.json").exists()
     assert not list(out.glob("libmoegen-*"))

@@ -400,10 +400,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         return result
     # This build's sources and logs go to a staging directory, compiled there, and replace src/ and
     # logs/ only once the library links: a failed or killed rebuild leaves the built one's intact.
-    stage = out / STAGING
-    shutil.rmtree(stage, ignore_errors=True)  # a killed run's (we hold the lock)
-    for sub in ("src", "logs"):
-        (stage / sub).mkdir(parents=True)
+    stage = _fresh_staging(out)
     for name, text in plan.sources.items():
         atomic_write(stage / "src" / name, text)
 
@@ -446,12 +443,15 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
             raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all); "
                              f"full log: {stage / 'logs' / (step.name + '.log')}\n{tail}")
         _link(plan)
-        for sub in ("src", "logs"):  # the sources and logs of exactly this library (two renames each)
+        manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources)
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        # Only renames between the old build and the new (an interruption leaves at most the sources
+        # and logs of the new library beside the old manifest, for milliseconds, not a hash's time).
+        for sub in ("src", "logs"):
             if (out / sub).exists():
                 os.replace(out / sub, stage / f"previous-{sub}")
             os.replace(stage / sub, out / sub)
-        manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources)
-        atomic_write(out / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        atomic_write(out / MANIFEST_NAME, text)
         shutil.rmtree(stage, ignore_errors=True)
         # Older libraries are unreachable once the manifest names the new one.
         for p in out.glob("libmoegen-*.so"):
@@ -462,6 +462,23 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         return result
     except OSError as e:
         raise BuildError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
+
+
+def _fresh_staging(out: Path) -> Path:
+    """out/.staging, empty, a real directory (whatever a killed run or anyone else left there: a
+    symlink is removed, never followed)."""
+    stage = out / STAGING
+    try:
+        if stage.is_symlink() or (stage.exists() and not stage.is_dir()):
+            stage.unlink()
+        elif stage.exists():
+            shutil.rmtree(stage)
+        for sub in ("src", "logs"):
+            (stage / sub).mkdir(parents=True)
+    except OSError as e:
+        raise BuildError(f"{stage}: cannot prepare the staging directory ({e.strerror or e}); expected to own "
+                         f"{out}") from None
+    return stage
 
 
 def _write_log(out: Path, step: CompileStep, text: str) -> None:

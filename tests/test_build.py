@@ -427,6 +427,21 @@ def test_failed_rebuild_keeps_the_built_sources_and_logs(tmp_path, fake_toolchai
     assert_consistent(out)
 
 
+@pytest.mark.parametrize("leftover", ["symlink", "file"])
+def test_a_staging_leftover_is_replaced_never_followed(tmp_path, fake_toolchain, leftover):
+    root, elsewhere = tmp_path / "gen", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = root / "tiny" / "sm90"
+    out.mkdir(parents=True)
+    if leftover == "symlink":
+        (out / build.STAGING).symlink_to(elsewhere)
+    else:
+        (out / build.STAGING).write_text("x")
+    run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    assert list(elsewhere.iterdir()) == [] and not (out / build.STAGING).exists()
+    assert_consistent(out)
+
+
 def test_killed_link_leaves_nothing_behind(tmp_path, fake_toolchain):
     """A link killed midway leaves no temporary library behind, and the next build completes."""
     root = tmp_path / "gen"

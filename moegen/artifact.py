@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .paths import read_small_file
+
 MANIFEST_SCHEMA = 2
 MANIFEST_NAME = "manifest.json"
 ABI_VERSION = 2  # templates/include/moegen/abi.h MOEGEN_ABI_VERSION
@@ -135,7 +137,7 @@ def read_manifest(out_dir: Path) -> Manifest:
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ArtifactError(f"{out_dir}: not a directory (expected a build directory with {MANIFEST_NAME})")
     try:
-        text = path.read_text()
+        text = read_small_file(path, 16 << 20).decode()
     except FileNotFoundError:
         raise ArtifactError(f"{path}: no manifest; run `moegen build` first") from None
     except IsADirectoryError:

@@ -29,7 +29,8 @@ import torch
 
 from .layout import SM90_ATOMS, PreparedWeights
 from .mxfp4 import quantize
-from .spec import ModelSpec
+from .paths import read_small_file
+from .spec import ModelSpec, shown
 
 FP8_BLOCK = 128  # DeepSeek-V3's FP8 weights: one scale per 128 x 128 block
 
@@ -75,10 +76,14 @@ class Checkpoint:
         index = self.dir / "model.safetensors.index.json"
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise CheckpointError(f"{index}: expected {{\"weight_map\": {{tensor: file}}}} ({e})") from None
-            self.files = {name: self.dir / file for name, file in weight_map.items()}
+                weight_map = json.loads(read_small_file(index, 1 << 30))["weight_map"]
+                self.files = {name: self.dir / file for name, file in weight_map.items()
+                              if isinstance(name, str) and isinstance(file, str) and Path(file).name == file}
+                if len(self.files) != len(weight_map):
+                    raise TypeError("a tensor name or file name is not a plain string")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                raise CheckpointError(f"{index}: expected {{\"weight_map\": {{tensor: file name}}}} "
+                                      f"({shown(' '.join(str(e).split()))})") from None
         else:
             singles = sorted(self.dir.glob("*.safetensors"))
             if not singles:
@@ -91,9 +96,9 @@ class Checkpoint:
     def config(self) -> dict:
         path = self.dir / "config.json"
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise CheckpointError(f"{path}: cannot read the model's config ({e})") from None
+            data = json.loads(read_small_file(path, 1 << 20))
+        except (OSError, ValueError, RecursionError) as e:
+            raise CheckpointError(f"{path}: cannot read the model's config ({shown(' '.join(str(e).split()))})") from None
         if not isinstance(data, dict):
             raise CheckpointError(f"{path}: expected a JSON object")
         return data

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey, rows_per_expert
+from .paths import read_small_file
 from .spec import CONFIG_DIR, ModelSpec, shown
 
 TABLE_SCHEMA = 2
@@ -89,7 +90,7 @@ def is_partial(table: dict) -> bool:
 def read_table(path: Path) -> dict:
     """A table file, checked for shape; DispatchError names the file and what is wrong."""
     try:
-        table = json.loads(Path(path).read_text())
+        table = json.loads(read_small_file(Path(path)))
     except (OSError, UnicodeDecodeError) as e:
         raise DispatchError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     except ValueError as e:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .spec import ModelSpec, SpecError, model_from_dict
+from .paths import read_small_file
 
 GPT_OSS_ALPHA = 1.702  # fixed in the gpt-oss modelling code, not in config.json
 
@@ -106,7 +107,7 @@ def default_name(path: Path) -> str:
 def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_small_file(path, 1 << 20))
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     except ValueError as e:

@@ -23,3 +23,25 @@ TEMPLATE_DIR = data_dir("templates")
 # Builds go to the checkout's generated/; an installed package writes under the working directory,
 # never into site-packages.
 DEFAULT_OUT = Path("generated") if installed_as_wheel() else _CHECKOUT_DIR / "generated"
+
+
+def read_small_file(path: Path, limit: int = 64 << 20) -> bytes:
+    """A regular file's bytes, up to `limit`: a FIFO or device would block or never end, so it is refused
+    (an OSError, like any unreadable file, whose strerror says what was expected)."""
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, expected a file", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket), expected a file", str(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, expected at most {limit}", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from .paths import CONFIG_DIR
+from .paths import CONFIG_DIR, read_small_file
 
 
 ROUTER_KINDS = ("sigmoid_group_topk", "sqrtsoftplus_topk", "softmax_topk", "topk_softmax")
@@ -50,6 +50,8 @@ class SpecError(ValueError):
 
 def shown(value: Any, limit: int = 80) -> str:
     """repr(value), cut to one short line: an error quotes the bad value, not a whole file."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<an integer of {value.bit_length()} bits>"  # repr of a huge int is slow, or refused
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit - 12]}... ({len(text)} chars)"
 
@@ -206,7 +208,7 @@ class _Fields:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             _fail(self.source, self.prefix + key, v, "a number" + (" or null" if allow_none else ""))
-        if not math.isfinite(v):
+        if isinstance(v, int) and abs(v) > 1 << 64 or not math.isfinite(v):
             _fail(self.source, self.prefix + key, v, "a finite number")
         if positive and not v > 0:
             _fail(self.source, self.prefix + key, v, "a number > 0")
@@ -334,11 +336,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last)."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
-    seen = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue  # `<<: *anchor`: construct_mapping merges it, and the mapping's own keys override it
+def _check_unique_keys(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool) -> None:
+    seen, merges = set(), 0
+    for key_node, value_node in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys are checked as a mapping's own
+            merges += 1
+            if merges > 1:
+                raise yaml.constructor.ConstructorError(None, None, "'<<' given twice", key_node.start_mark)
+            for merged in (value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]):
+                if isinstance(merged, yaml.MappingNode):
+                    _check_unique_keys(loader, merged, deep)
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             raise yaml.constructor.ConstructorError(None, None, f"a key is a {type(key).__name__}, expected a name",
@@ -346,6 +354,11 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
         seen.add(key)
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    """A mapping whose keys are unique; construct_mapping then applies merges, its own keys overriding."""
+    _check_unique_keys(loader, node, deep)
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -359,7 +372,9 @@ def _one_line(text: str) -> str:
 def read_yaml(path: Path) -> Any:
     """The YAML document at path; any failure is a SpecError naming the file."""
     try:
-        raw = path.read_bytes()
+        raw = read_small_file(path, 1 << 20)
+    except ValueError as e:  # an embedded NUL byte
+        raise SpecError(f"{shown(str(path))}: cannot read: {e}") from None
     except IsADirectoryError:
         raise SpecError(f"{path}: is a directory, expected a YAML file") from None
     except OSError as e:
@@ -372,6 +387,8 @@ def read_yaml(path: Path) -> Any:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML: {_one_line(e)}") from None
+    except ValueError as e:  # a value YAML cannot build, e.g. an integer of over 4300 digits
+        raise SpecError(f"{path}: not a valid spec value: {shown(str(e))}") from None
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply, expected a spec (a mapping of a few levels)") from None
 
@@ -380,10 +397,10 @@ def _resolve(name_or_path: str | Path, config_dir: Path) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
         return p
-    candidate = config_dir / "models" / f"{name_or_path}.yaml"
-    if not candidate.is_file():
+    candidate = Path(config_dir) / "models" / f"{name_or_path}.yaml"
+    if not NAME_PATTERN.fullmatch(str(name_or_path)) or not candidate.is_file():
         known = ", ".join(known_models(config_dir))
-        raise SpecError(f"{candidate}: no model named {str(name_or_path)!r} (known: {known}; "
+        raise SpecError(f"{Path(config_dir) / 'models'}: no model named {shown(str(name_or_path))} (known: {known}; "
                         "or give the path of a .yaml/.yml spec)")
     return candidate
 
@@ -400,4 +417,4 @@ def load_model(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> Model
 
 
 def known_models(config_dir: Path = CONFIG_DIR) -> list[str]:
-    return sorted(p.stem for p in (config_dir / "models").glob("*.yaml"))
+    return sorted(p.stem for p in (Path(config_dir) / "models").glob("*.yaml") if p.is_file())

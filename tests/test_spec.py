@@ -435,3 +435,23 @@ def test_yaml_merge_keys_merge_and_the_mappings_own_keys_override(tmp_path):
                            "activation: {kind: swiglu}\n")
     merged = load_model(path)
     assert merged.router.kind == "softmax_topk" and merged.router.top_k == 6 and merged.router.renormalize is False
+
+
+@pytest.mark.parametrize("text, why", [
+    ("name: t\nhidden_size: 0x" + "f" * 5000 + "\n", "hidden_size|not a valid spec value|integer"),
+    ("router:\n  <<: {kind: topk_softmax, top_k: 2, top_k: 3}\n", "'top_k' given twice"),
+    ("router:\n  <<: {kind: topk_softmax}\n  <<: {top_k: 4}\n", "'<<' given twice"),
+])
+def test_huge_integers_and_merged_duplicates_are_one_line_errors(tmp_path, text, why):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError, match=why) as excinfo:
+        load_model(path)
+    assert str(excinfo.value).startswith(str(path)) and len(str(excinfo.value)) < 400
+
+
+def test_a_fifo_is_refused_not_read(tmp_path):
+    import os
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        load_model(fifo)  # returns at once: never blocks on the FIFO

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import read_small_file
+from .spec import shown
 
 MANIFEST_SCHEMA = 2
 MANIFEST_NAME = "manifest.json"
@@ -127,7 +128,7 @@ class Manifest:
 def _field(path: Path, data: dict, key: str, kind: type, what: str) -> Any:
     v = data.get(key)
     if not isinstance(v, kind):
-        raise ArtifactError(f"{path}: field '{key}' = {v!r}: expected {what}; rebuild with `moegen build`")
+        raise ArtifactError(f"{path}: field '{key}' = {shown(v)}: expected {what}; rebuild with `moegen build`")
     return v
 
 
@@ -153,17 +154,17 @@ def read_manifest(out_dir: Path) -> Manifest:
     if not isinstance(data, dict):
         raise ArtifactError(f"{path}: top level = {type(data).__name__}: expected a JSON object; rebuild")
     if data.get("schema") != MANIFEST_SCHEMA:
-        raise ArtifactError(f"{path}: field 'schema' = {data.get('schema')!r}: expected {MANIFEST_SCHEMA}; rebuild "
+        raise ArtifactError(f"{path}: field 'schema' = {shown(data.get('schema'))}: expected {MANIFEST_SCHEMA}; rebuild "
                             "with this moegen")
     kernels = _field(path, data, "kernels", list, "a list of kernel entries")
     names = []
     for k in kernels:
         if not isinstance(k, dict) or not isinstance(k.get("name"), str):
-            raise ArtifactError(f"{path}: field 'kernels' holds {k!r}: expected objects with a 'name'")
+            raise ArtifactError(f"{path}: field 'kernels' holds {shown(k)}: expected objects with a 'name'")
         names.append(k["name"])
     library = _field(path, data, "library", str, "the library's file name")
     if Path(library).name != library or not library.startswith("libmoegen-") or not library.endswith(".so"):
-        raise ArtifactError(f"{path}: field 'library' = {library!r}: expected a libmoegen-*.so file name beside it")
+        raise ArtifactError(f"{path}: field 'library' = {shown(library)}: expected a libmoegen-*.so file name beside it")
     return Manifest(path=path, fingerprint=_field(path, data, "fingerprint", str, "a sha256 hex digest"),
                     variant=_field(path, data, "variant", str, "the variant name"),
                     arch=_field(path, data, "arch", str, "an arch name"),

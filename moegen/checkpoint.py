@@ -141,7 +141,7 @@ def _check_config(ck: Checkpoint, spec: ModelSpec, fields: dict) -> dict:
     config = ck.config()
     for key, expected in fields.items():
         if key in config and config[key] != expected:
-            raise CheckpointError(f"{ck.dir / 'config.json'}: field '{key}' = {config[key]!r}, but spec {spec.name} "
+            raise CheckpointError(f"{ck.dir / 'config.json'}: field '{key}' = {shown(config[key])}, but spec {spec.name} "
                                   f"expects {expected!r}")
     return config
 
@@ -280,13 +280,13 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
     if not isinstance(spec, ModelSpec):
         raise CheckpointError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec")
     if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
-        raise CheckpointError(f"layer: {layer!r}, expected a layer index >= 0")
+        raise CheckpointError(f"layer: {shown(layer)}, expected a layer index >= 0")
     if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < spec.parallel.tp_size:
-        raise CheckpointError(f"tp_rank: {tp_rank!r}, expected 0..{spec.parallel.tp_size - 1} (the spec's tp_size)")
+        raise CheckpointError(f"tp_rank: {shown(tp_rank)}, expected 0..{spec.parallel.tp_size - 1} (the spec's tp_size)")
     ck = Checkpoint(checkpoint_dir)
     model_type = model_type or ck.config().get("model_type")
     if model_type not in LAYOUTS:
-        raise CheckpointError(f"{ck.dir / 'config.json'}: model_type {model_type!r}, expected one of "
+        raise CheckpointError(f"{ck.dir / 'config.json'}: model_type {shown(model_type)}, expected one of "
                               f"{', '.join(LAYOUTS)} (the layouts moegen loads)")
     read, fields = LAYOUTS[model_type]
     if (ck.dir / "config.json").is_file():

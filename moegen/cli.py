@@ -6,6 +6,7 @@ Every failure a user can cause is one line on stderr ("Error: <file or option>: 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import click
 
 from .paths import DEFAULT_OUT
-from .spec import SpecError, known_models, load_model
+from .spec import NAME_PATTERN, SpecError, known_models, load_model
 
 ARCH_CHOICES = ["sm90", "sm100"]
 
@@ -41,6 +42,45 @@ def _one_line_errors(fn):
 def _manifest_activations(out_dir: Path) -> str:
     from .artifact import read_manifest
     return read_manifest(out_dir).spec.get("activations", "bf16")
+
+
+class _FiniteFloat(click.ParamType):
+    """A finite float within [low, high] (click's FloatRange lets nan and inf through)."""
+    name = "float"
+
+    def __init__(self, low: float, high: float):
+        self.low, self.high = low, high
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r}: expected a number", param, ctx)
+        if not (math.isfinite(v) and self.low <= v <= self.high):
+            self.fail(f"{value!r}: expected a number in [{self.low:g}, {self.high:g}]", param, ctx)
+        return v
+
+
+_SECONDS = _FiniteFloat(0, 3600)
+
+
+def _writable_file_target(option: str, path: Path | None) -> None:
+    """Fail before the work, not after it, where the result could not be written."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise click.BadParameter(f"{path}: is a directory, expected a file path", param_hint=option)
+    blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a file path", param_hint=option)
+
+
+def _writable_dir_target(option: str, path: Path | None) -> None:
+    if path is None:
+        return
+    blocker = next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a directory", param_hint=option)
 
 
 def _int_list(option: str, text: str, minimum: int = 0) -> list[int]:
@@ -81,6 +121,9 @@ def _with_split(fn):
     return fn
 
 
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
 class _OneLineGroup(click.Group):
     """Usage errors (a bad option value, a missing option) as one 'Error: ...' line too, exit 2, without
     click's usage block; `--help` shows the usage."""
@@ -90,6 +133,9 @@ class _OneLineGroup(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS_IS_HELP as e:  # `moegen` alone: the help, as click prints it
+            click.echo(e.ctx.get_help() if e.ctx is not None else e.format_message(), err=True)
+            sys.exit(e.exit_code)
         except click.UsageError as e:
             command = f"{e.ctx.command_path}: " if e.ctx is not None else ""
             click.echo(f"Error: {command}{' '.join(e.format_message().split())}", err=True)
@@ -159,16 +205,16 @@ def list_models() -> None:
 @click.option("--kernels", default="all", show_default=True,
               help="the candidates: 'all', 'shortlist' (a quicker tune), 'default' or kernel names")
 @click.option("--no-build", is_flag=True, help="tune the library already built (default: build the candidates first)")
-@click.option("--tolerance", type=click.FloatRange(min=0, max=0.5), default=0.01, show_default=True,
+@click.option("--tolerance", type=_FiniteFloat(0, 0.5), default=0.01, show_default=True,
               help="compaction: per GEMM, keep the fewest kernels within this of each bucket's best")
 @click.option("--table-root", type=click.Path(path_type=Path), default=None,
               help="write the table under this root (configs/dispatch to contribute it) instead of OUT/dispatch")
-@click.option("--warm-seconds", type=click.FloatRange(min=0), default=1.0, show_default=True,
+@click.option("--warm-seconds", type=_SECONDS, default=1.0, show_default=True,
               help="per bucket, back-to-back replays before timing: the clock and power the GPU serves at")
-@click.option("--settle-seconds", type=click.FloatRange(min=0), default=0.25, show_default=True,
+@click.option("--settle-seconds", type=_SECONDS, default=0.25, show_default=True,
               help="each candidate's own replays, untimed, right before its timing: capture and verification "
                    "idle the GPU, which then boosts above the power-capped clock it serves at")
-@click.option("--min-seconds", type=click.FloatRange(min=0), default=0.1, show_default=True,
+@click.option("--min-seconds", type=_SECONDS, default=0.1, show_default=True,
               help="each candidate's back-to-back replays last at least this long")
 @click.option("--reps", type=click.IntRange(min=1), default=6, show_default=True,
               help="each candidate's replay rounds over its input sets, at least")
@@ -185,6 +231,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
     from .kernel_sets import resolve_kernels
     from .tune import tune_model
     bucket_list = _int_list("--buckets", buckets, minimum=1)  # buckets are token counts
+    _writable_dir_target("--table-root", table_root)
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     configs = resolve_kernels(spec, arch, kernels)
     if not torch.cuda.is_available():
@@ -207,9 +254,9 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
               help="replay rounds per timed window (at least)")
 @click.option("--rounds", type=click.IntRange(min=1), default=4, show_default=True,
               help="timed windows per library and T, the libraries taking turns (A B, B A, ...)")
-@click.option("--settle-seconds", type=click.FloatRange(min=0), default=0.2, show_default=True,
+@click.option("--settle-seconds", type=_SECONDS, default=0.2, show_default=True,
               help="per T, every library's graphs replay this long before the timed windows")
-@click.option("--warm-seconds", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--warm-seconds", type=_SECONDS, default=5.0, show_default=True,
               help="back-to-back replays of the largest T before timing: the GPU's serving clock and power")
 @click.option("--compare", "compare", multiple=True, metavar="LABEL=DIR",
               help="also bench the build in DIR (same spec), interleaved per T; repeatable")
@@ -227,6 +274,7 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
     from .artifact import output_dir
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
+    _writable_file_target("--json", json_out)
     compared: dict[str, Path] = {}
     for item in compare:
         label, sep, path = item.partition("=")
@@ -256,7 +304,7 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
 @click.option("--arch", default="sm90", show_default=True, type=click.Choice(ARCH_CHOICES))
 @_with_split
 @click.option("--tokens", default="0,1,7,33,300,2048", show_default=True, help="comma-separated token counts")
-@click.option("--seed", type=int, default=None, help="random seed (default: drawn and printed)")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None, help="random seed (default: drawn and printed)")
 @_out_option
 @_one_line_errors
 def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, out_root) -> None:
@@ -300,6 +348,12 @@ def spec_command(config, name, output) -> None:
     """Write the YAML spec of the MoE layer a config.json describes."""
     from .artifact import atomic_write
     from .hf_config import spec_from_config, spec_yaml
+    if name is not None and not NAME_PATTERN.fullmatch(name):
+        raise click.BadParameter(f"{name!r}: expected lower-case letters, digits, '.', '_' or '-' (64 at most), "
+                                 "starting with a letter or digit", param_hint="--name")
+    if output and config.exists() and output.exists() and output.resolve() == config.resolve():
+        raise click.BadParameter(f"{output}: is the config.json being read, expected another path",
+                                 param_hint="--output")
     text = spec_yaml(spec_from_config(config, name), config)
     if output:
         atomic_write(output, text)

@@ -99,12 +99,15 @@ def read_table(path: Path) -> dict:
         raise DispatchError(f"{path}: nested too deeply, expected a dispatch table") from None
     if not isinstance(table, dict) or table.get("schema") != TABLE_SCHEMA:
         got = table.get("schema") if isinstance(table, dict) else type(table).__name__
-        raise DispatchError(f"{path}: schema {got!r}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
+        raise DispatchError(f"{path}: schema {shown(got)}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
     if not isinstance(table.get("tuned_with", {}), dict):
         raise DispatchError(f"{path}: field 'tuned_with' = {shown(table['tuned_with'])}: expected an object")
+    if not isinstance(table.get("tuned_with", {}).get("partial", False), bool):
+        raise DispatchError(f"{path}: field 'tuned_with.partial' = {shown(table['tuned_with']['partial'])}: "
+                            "expected true or false")
     buckets = table.get("buckets")
     if not isinstance(buckets, list) or not buckets:
-        raise DispatchError(f"{path}: field 'buckets' = {buckets!r}: expected a non-empty list")
+        raise DispatchError(f"{path}: field 'buckets' = {shown(buckets)}: expected a non-empty list")
     for b in buckets:
         ok = isinstance(b, dict) and type(b.get("tokens")) is int and b["tokens"] > 0  # not a bool
         for gemm in ("gemm1", "gemm2"):

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from .spec import ModelSpec, SpecError, model_from_dict
+from .spec import ModelSpec, SpecError, model_from_dict, shown
 from .paths import read_small_file
 
 GPT_OSS_ALPHA = 1.702  # fixed in the gpt-oss modelling code, not in config.json
@@ -32,13 +32,13 @@ class _Config:
             return default
         v = self.data[key]
         if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
-            raise SpecError(f"{self.source}: field '{key}' = {v!r}: expected {what}")
+            raise SpecError(f"{self.source}: field '{key}' = {shown(v)}: expected {what}")
         return v
 
     def one_of(self, key: str, allowed: tuple, default: Any = ...) -> Any:
         v = self.get(key, str, default)
         if v not in allowed:
-            raise SpecError(f"{self.source}: field '{key}' = {v!r}: expected one of {', '.join(map(repr, allowed))} "
+            raise SpecError(f"{self.source}: field '{key}' = {shown(v)}: expected one of {', '.join(map(repr, allowed))} "
                             "(the values moegen's kernels implement)")
         return v
 
@@ -47,7 +47,7 @@ def _deepseek_v4(c: _Config) -> dict:
     c.one_of("scoring_func", ("sqrtsoftplus",))
     c.one_of("topk_method", ("noaux_tc",))
     if c.get("n_group", int, 1) != 1:
-        raise SpecError(f"{c.source}: field 'n_group' = {c.data['n_group']!r}: expected 1 or absent (DeepSeek-V4 "
+        raise SpecError(f"{c.source}: field 'n_group' = {shown(c.data['n_group'])}: expected 1 or absent (DeepSeek-V4 "
                         "selects a plain top-k)")
     limit = c.get("swiglu_limit", (int, float), None)
     return dict(num_experts=c.get("n_routed_experts", int), hidden_size=c.get("hidden_size", int),
@@ -76,7 +76,7 @@ def _gpt_oss(c: _Config) -> dict:
     top_k = c.get("experts_per_token", int) if top_k is None else top_k
     quant = c.get("quantization_config", dict, {})
     if quant and quant.get("quant_method") != "mxfp4":
-        raise SpecError(f"{c.source}: field 'quantization_config.quant_method' = {quant.get('quant_method')!r}: "
+        raise SpecError(f"{c.source}: field 'quantization_config.quant_method' = {shown(quant.get('quant_method'))}: "
                         "expected 'mxfp4'")
     return dict(num_experts=c.get("num_local_experts", int), hidden_size=c.get("hidden_size", int),
                 intermediate_size=c.get("intermediate_size", int), router=dict(kind="topk_softmax", top_k=top_k),
@@ -101,7 +101,7 @@ MODEL_TYPES: dict[str, Callable[[_Config], dict]] = {
 def default_name(path: Path) -> str:
     """A spec name from the model directory's name (DeepSeek-V4-Flash -> deepseek-v4-flash)."""
     stem = path.parent.name if path.name == "config.json" else path.stem
-    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._") or "model"
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")[:64].rstrip("-._") or "model"  # NAME_PATTERN
 
 
 def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:
@@ -117,7 +117,7 @@ def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:
     c = _Config(data, str(path))
     model_type = c.get("model_type", str)
     if model_type not in MODEL_TYPES:
-        raise SpecError(f"{path}: field 'model_type' = {model_type!r}: expected one of "
+        raise SpecError(f"{path}: field 'model_type' = {shown(model_type)}: expected one of "
                         f"{', '.join(map(repr, MODEL_TYPES))} (the architectures moegen serves)")
     try:
         return model_from_dict(dict(name=name or default_name(path), **MODEL_TYPES[model_type](c)), str(path))
@@ -151,6 +151,7 @@ def _config_field(model_type: str, m: re.Match) -> str:
 
 def spec_yaml(spec: ModelSpec, config_path: Path) -> str:
     import yaml
-    header = (f"# {spec.name}: MoE layer spec written by `moegen spec --from-config {config_path}`\n"
+    shown_path = str(config_path).encode("utf-8", "backslashreplace").decode("utf-8")  # a path need not be UTF-8
+    header = (f"# {spec.name}: MoE layer spec written by `moegen spec --from-config {shown_path}`\n"
               "# (fields the config.json does not hold come from the architecture's modelling code).\n")
     return header + yaml.safe_dump(spec.to_dict(), sort_keys=False)

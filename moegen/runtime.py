@@ -27,7 +27,7 @@ from .dispatch import GpuInfo, find_dispatch, heuristic_choice, user_dir, warn_o
 from .layout import PreparedWeights, get_layout
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey
-from .spec import ModelSpec, SpecError, model_from_dict
+from .spec import ModelSpec, SpecError, model_from_dict, shown
 
 
 class LoadError(RuntimeError):
@@ -311,7 +311,7 @@ class MoeLayer:
 
 
 # Environment variables the SM90 kernels read to override a choice of their own, for A/B runs.
-BENCHMARK_SWITCHES = ("MOEGEN_GRID", "MOEGEN_GEMM2_WAIT")
+BENCHMARK_SWITCHES = {"MOEGEN_GRID": ("tiles", "persistent"), "MOEGEN_GEMM2_WAIT": ("expert", "grid")}
 
 
 def benchmark_switches() -> dict[str, str]:
@@ -326,8 +326,11 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
         raise LoadError(f"out_dir = {out_dir!r}: expected a build directory (generated/<variant>/<arch>)")
     out_dir = Path(out_dir)
     for name, value in benchmark_switches().items():
-        warn_once(f"{name}={value} is set: the library's kernels take it over their own choice (a switch for "
-                  "benchmarking; unset it to serve)")
+        if value in BENCHMARK_SWITCHES[name]:
+            warn_once(f"{name}={value} is set: the library's kernels take it over their own choice (a switch for "
+                      "benchmarking; unset it to serve)")
+        else:
+            warn_once(f"{name}={shown(value)} is set and ignored: expected {' or '.join(BENCHMARK_SWITCHES[name])}")
     try:
         manifest = read_manifest(out_dir)
         verify_library(manifest)

@@ -3,7 +3,10 @@
 import os
 import random
 
-SEED = int(os.environ.get("MOEGEN_TEST_SEED") or random.randrange(1 << 30))
+try:
+    SEED = int(os.environ.get("MOEGEN_TEST_SEED") or random.randrange(1 << 30))
+except ValueError:
+    raise SystemExit(f"MOEGEN_TEST_SEED = {os.environ['MOEGEN_TEST_SEED']!r}: expected an integer seed") from None
 os.environ["MOEGEN_TEST_SEED"] = str(SEED)  # the GPU test modules read it at import
 
 

@@ -217,6 +217,10 @@ def test_clean_on_a_root_without_a_store(runner, tmp_path):
     (["build", "--model", "deepseek-v4-flash"], [" build: ", "--arch", "sm90"]),
     (["tune", "--model", "deepseek-v4-flash", "--buckets", "0"], ["--buckets", ">= 1"]),
     (["nosuch"], ["nosuch"]),
+    (["tune", "--model", "x", "--tolerance", "nan"], ["--tolerance", "'nan'", "[0, 0.5]"]),
+    (["bench", "--model", "x", "--warm-seconds", "inf"], ["--warm-seconds", "'inf'"]),
+    (["check", "--model", "x", "--seed", str(10 ** 23)], ["--seed"]),
+    (["spec", "--from-config", "x.json", "--name", "BAD NAME"], ["--name", "'BAD NAME'", "lower-case"]),
 ])
 def test_usage_errors_are_one_line(runner, args, fragments):
     result = runner.invoke(cli.main, args)
@@ -262,3 +266,19 @@ def test_unknown_activations_are_a_usage_error(runner, no_compiler, tmp_path):
     result = runner.invoke(cli.main, ["build", "--model", "gpt-oss-20b", "--arch", "sm90", "--activations", "int8",
                                       "--out", str(tmp_path)])
     assert result.exit_code == 2 and "'int8'" in result.output and "fp8" in result.output
+
+
+def test_outputs_that_cannot_be_written_fail_before_the_work(runner, tmp_path):
+    result = runner.invoke(cli.main, ["bench", "--model", "qwen3-30b-a3b", "--tokens", "1", "--json", str(tmp_path),
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory, expected a file path" in result.output
+    config = tmp_path / "config.json"
+    config.write_text((HF_CONFIGS / "qwen3-30b-a3b.json").read_text())
+    before = config.read_text()
+    result = runner.invoke(cli.main, ["spec", "--from-config", str(config), "-o", str(config)])
+    assert result.exit_code == 2 and "is the config.json being read" in result.output and config.read_text() == before
+
+
+def test_no_arguments_print_the_help(runner):
+    result = runner.invoke(cli.main, [])
+    assert "Usage:" in result.output and "Commands:" in result.output and "Traceback" not in result.output

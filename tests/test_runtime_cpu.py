@@ -61,3 +61,16 @@ def test_a_benchmarking_switch_in_the_environment_is_warned_about(tmp_path, monk
         with pytest.raises(runtime.LoadError):
             runtime.load(tmp_path)
     assert runtime.benchmark_switches() == {"MOEGEN_GRID": "tiles"}
+
+
+def test_an_unknown_benchmarking_switch_value_is_warned_as_ignored(tmp_path, monkeypatch):
+    import pytest
+
+    from moegen import dispatch, runtime
+
+    monkeypatch.setenv("MOEGEN_GEMM2_WAIT", "garbage")
+    monkeypatch.delenv("MOEGEN_GRID", raising=False)
+    dispatch._warned.clear()
+    with pytest.warns(RuntimeWarning, match="MOEGEN_GEMM2_WAIT='garbage' is set and ignored: expected expert or grid"):
+        with pytest.raises(runtime.LoadError):
+            runtime.load(tmp_path)

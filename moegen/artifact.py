@@ -74,12 +74,16 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     contents or the new, never part of either (also when the writer is killed).  A symbolic link is
     written through (the link stays); a directory, device or FIFO is refused, never replaced."""
     path = Path(path)
-    if path.is_symlink() or path.exists():
-        target = path.resolve()
-        if target.exists() and not target.is_file():
-            kind = "a directory" if target.is_dir() else "not a regular file (a device, FIFO or socket)"
-            raise ArtifactError(f"{path}: is {kind}, expected a regular file or a new file's path")
-        path = target
+    try:
+        if path.is_symlink() or path.exists():
+            target = path.resolve()
+            if target.exists() and not target.is_file():
+                kind = "a directory" if target.is_dir() else "not a regular file (a device, FIFO or socket)"
+                raise ArtifactError(f"{path}: is {kind}, expected a regular file or a new file's path")
+            path = target
+    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop
+        raise ArtifactError(f"{shown(str(path))}: cannot write ({getattr(e, 'strerror', None) or e}); expected a "
+                            "writable file path") from None
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

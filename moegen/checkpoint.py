@@ -283,9 +283,11 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
         raise CheckpointError(f"layer: {shown(layer)}, expected a layer index >= 0")
     if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < spec.parallel.tp_size:
         raise CheckpointError(f"tp_rank: {shown(tp_rank)}, expected 0..{spec.parallel.tp_size - 1} (the spec's tp_size)")
+    if not isinstance(checkpoint_dir, (str, Path)) or not str(checkpoint_dir):
+        raise CheckpointError(f"checkpoint_dir: {shown(checkpoint_dir)}, expected a model directory")
     ck = Checkpoint(checkpoint_dir)
     model_type = model_type or ck.config().get("model_type")
-    if model_type not in LAYOUTS:
+    if not isinstance(model_type, str) or model_type not in LAYOUTS:
         raise CheckpointError(f"{ck.dir / 'config.json'}: model_type {shown(model_type)}, expected one of "
                               f"{', '.join(LAYOUTS)} (the layouts moegen loads)")
     read, fields = LAYOUTS[model_type]

@@ -83,6 +83,13 @@ def _writable_dir_target(option: str, path: Path | None) -> None:
         raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a directory", param_hint=option)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except (OSError, RuntimeError):  # a name too long, a loop: not the same file; the write reports it
+        return False
+
+
 def _int_list(option: str, text: str, minimum: int = 0) -> list[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
@@ -351,7 +358,7 @@ def spec_command(config, name, output) -> None:
     if name is not None and not NAME_PATTERN.fullmatch(name):
         raise click.BadParameter(f"{name!r}: expected lower-case letters, digits, '.', '_' or '-' (64 at most), "
                                  "starting with a letter or digit", param_hint="--name")
-    if output and config.exists() and output.exists() and output.resolve() == config.resolve():
+    if output and _same_file(output, config):
         raise click.BadParameter(f"{output}: is the config.json being read, expected another path",
                                  param_hint="--output")
     text = spec_yaml(spec_from_config(config, name), config)

@@ -49,28 +49,17 @@ def test_lazy_submodules():
         moegen.nope
 
 
-def test_a_benchmarking_switch_in_the_environment_is_warned_about(tmp_path, monkeypatch):
-    import pytest
-
+@pytest.mark.parametrize("name, value, other, warning", [
+    ("MOEGEN_GRID", "tiles", "MOEGEN_GEMM2_WAIT", "MOEGEN_GRID=tiles is set: the library's kernels take it"),
+    ("MOEGEN_GEMM2_WAIT", "garbage", "MOEGEN_GRID", "MOEGEN_GEMM2_WAIT='garbage' is set and ignored: expected expert or grid"),
+])
+def test_a_benchmarking_switch_in_the_environment_is_warned_about(tmp_path, monkeypatch, name, value, other, warning):
     from moegen import dispatch, runtime
 
-    monkeypatch.setenv("MOEGEN_GRID", "tiles")
-    monkeypatch.delenv("MOEGEN_GEMM2_WAIT", raising=False)
+    monkeypatch.setenv(name, value)
+    monkeypatch.delenv(other, raising=False)
     dispatch._warned.clear()
-    with pytest.warns(RuntimeWarning, match="MOEGEN_GRID=tiles is set"):
+    with pytest.warns(RuntimeWarning, match=warning):
         with pytest.raises(runtime.LoadError):
             runtime.load(tmp_path)
-    assert runtime.benchmark_switches() == {"MOEGEN_GRID": "tiles"}
-
-
-def test_an_unknown_benchmarking_switch_value_is_warned_as_ignored(tmp_path, monkeypatch):
-    import pytest
-
-    from moegen import dispatch, runtime
-
-    monkeypatch.setenv("MOEGEN_GEMM2_WAIT", "garbage")
-    monkeypatch.delenv("MOEGEN_GRID", raising=False)
-    dispatch._warned.clear()
-    with pytest.warns(RuntimeWarning, match="MOEGEN_GEMM2_WAIT='garbage' is set and ignored: expected expert or grid"):
-        with pytest.raises(runtime.LoadError):
-            runtime.load(tmp_path)
+    assert runtime.benchmark_switches() == {name: value}

@@ -373,7 +373,9 @@ def spec_command(config, name, output) -> None:
 @_out_option
 @_one_line_errors
 def clean(out_root) -> None:
-    """Prune the object store under OUT: objects no build's manifest names, and killed builds' leftovers."""
+    """Prune the object store under OUT: objects no build's manifest under OUT names, and killed builds'
+    leftovers.  Only cached objects go (a library never needs them again); builds elsewhere that share
+    this store through --objects rebuild theirs."""
     from .build import clean as run
     run(out_root, log=click.echo)
 

@@ -3,7 +3,7 @@
 # (generated/_exp/mid/<variant>/sm90: each split's shortlist, default or fallback kernels, and the one-slice
 # k128 tiles: `moegen build --model M [SPLIT] --activations A --kernels "$(python lab/mid_kernels.py M A TP EP
 # RANK)" --out generated/_exp/mid`; splits of equal GEMM shapes share objects, e.g. gpt-oss-20b and
-# gpt-oss-120b --tp 2).  Done (docs/benchmarks.md "The splits' tables"; round u ran the third session's):
+# gpt-oss-120b --tp 2).  Done (lab/table_ab.md "The splits' tables"; round u ran the third session's):
 # every W4A8 split's whole table, both gpt-oss --tp 2 BF16 tables between their x4 buckets.  Still to run:
 #  - BF16 --ep-size 8 of the DeepSeek models between their x4 buckets (TOKENS below):
 #      bash lab/round_20261204_t.sh "T deepseek-v4-flash bf16 --ep-size 8 --ep-rank 0" \

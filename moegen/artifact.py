@@ -69,13 +69,15 @@ def output_dir(spec: Any, arch: str, root: Path) -> Path:
     return Path(root) / spec.variant / arch
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
+def atomic_write(path: Path, data: str | bytes, user_path: bool = False) -> None:
     """Write path through a temporary file in its directory and a rename: a reader sees the old
-    contents or the new, never part of either (also when the writer is killed).  A symbolic link is
-    written through (the link stays); a directory, device or FIFO is refused, never replaced."""
+    contents or the new, never part of either (also when the writer is killed).  A path the user named
+    (user_path: `-o`, `--json`) is written through a symbolic link (the link stays) and a directory,
+    device or FIFO there is refused; moegen's own files replace whatever is at their path, so a link
+    planted in an output directory never sends a write outside it."""
     path = Path(path)
     try:
-        if path.is_symlink() or path.exists():
+        if user_path and (path.is_symlink() or path.exists()):
             target = path.resolve()
             if target.exists() and not target.is_file():
                 kind = "a directory" if target.is_dir() else "not a regular file (a device, FIFO or socket)"

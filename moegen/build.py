@@ -48,6 +48,7 @@ BASE_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xco
 LINK_FLAGS = ("-Xlinker=--no-undefined",)  # a missing kernel symbol fails the link, not the dlopen
 OBJECT_STORE = ".objects"  # under the output root
 LOCK_NAME = ".lock"
+STORE_LOCK_NAME = ".store.lock"  # its own name: --objects may point at a build directory
 STAGING = ".staging"  # a build directory's next sources and logs, until the library links
 # The generator: every module whose code decides what a build produces.  Its source is hashed into
 # the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
@@ -278,15 +279,25 @@ def _prepare_dir(path: Path, what: str) -> None:
 
 @contextmanager
 def directory_lock(path: Path, log: Callable[[str], None] = print, shared: bool = False,
-                   waiting: str = "another build of {path} to finish") -> Iterator[None]:
-    """A flock on path/.lock, exclusive or shared, held until the block ends (the kernel drops it if
-    the process dies, so a killed build never blocks the next)."""
+                   waiting: str = "another build of {path} to finish", name: str = LOCK_NAME) -> Iterator[None]:
+    """A flock on path/<name>, exclusive or shared, held until the block ends (the kernel drops it if
+    the process dies, so a killed build never blocks the next).  Shared, it makes do with a read-only
+    lock file (a store another user created), or none in a store nobody can write (nothing can prune it)."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-    lock_path = path / LOCK_NAME
+    lock_path = path / name
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
-        raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
+        fd = None
+        if shared and e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            try:
+                fd = os.open(lock_path, os.O_RDONLY)
+            except OSError:
+                if not os.access(path, os.W_OK):
+                    yield
+                    return
+        if fd is None:
+            raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
     try:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -381,7 +392,7 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
     _prepare_dir(out, "build")
     # The build directory's lock serializes builds of one variant; the store's, shared by every build
     # and taken exclusively by `clean`, keeps clean from pruning objects a running build has not linked yet.
-    with directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish"), \
+    with directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish", name=STORE_LOCK_NAME), \
             directory_lock(out, log):
         return _run_locked(plan, jobs, log)
 
@@ -448,11 +459,15 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         # Only renames between the old build and the new (an interruption leaves at most the sources
         # and logs of the new library beside the old manifest, for milliseconds, not a hash's time).
         for sub in ("src", "logs"):
-            if (out / sub).exists():
+            if os.path.lexists(out / sub):
                 os.replace(out / sub, stage / f"previous-{sub}")
             os.replace(stage / sub, out / sub)
         atomic_write(out / MANIFEST_NAME, text)
         shutil.rmtree(stage, ignore_errors=True)
+        # nvcc records the absolute directory of each source in the objects' line info (-lineinfo):
+        # .staging/src keeps leading to the sources, for compute-sanitizer's and ncu's source views.
+        stage.mkdir()
+        (stage / "src").symlink_to(Path("..") / "src")
         # Older libraries are unreachable once the manifest names the new one.
         for p in out.glob("libmoegen-*.so"):
             if p.name != plan.library:
@@ -460,8 +475,8 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         if todo:
             log(f"built {out / plan.library} in {time.monotonic() - start:.0f} s")
         return result
-    except OSError as e:
-        raise BuildError(f"{getattr(e, 'filename', None) or out}: {e.strerror or e}") from None
+    except (OSError, ArtifactError) as e:  # a disk full, a directory gone: one line, as every build error
+        raise BuildError(f"{getattr(e, 'filename', None) or out}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _fresh_staging(out: Path) -> Path:
@@ -552,7 +567,7 @@ def clean(root: Path, log: Callable[[str], None] = print) -> int:
     store = root / OBJECT_STORE
     if not store.is_dir():
         raise BuildError(f"{store}: no object store (expected the output root of `moegen build`, e.g. generated)")
-    with directory_lock(store, log, waiting="running builds using {path} to finish"):
+    with directory_lock(store, log, waiting="running builds using {path} to finish", name=STORE_LOCK_NAME):
         keep, skipped = set(), []
         for manifest in root.rglob(MANIFEST_NAME):
             try:

@@ -6,7 +6,7 @@ least once (paired in rotation with the other GEMM's kernels), the dispatch tabl
 skewed routing (every token on the same experts), the experts-only entry point, and a CUDA-graph
 replay that must equal the eager call bitwise.  Pass: no NaN (every element written) and relative
 L2 error within moegen.testing.tolerance of the float64 reference in the library's activation format
-(BF16 2.7e-3; MXFP8 3e-2; W4A8 1e-2, wider below 16 output rows, where one row's error is a few
+(BF16 5e-3; MXFP8 3e-2; W4A8 1e-2, wider below 16 output rows, where one row's error is a few
 flipped e4m3 steps of `h`).
 """
 from __future__ import annotations

@@ -22,6 +22,7 @@ was expected.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,7 +284,7 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
         raise CheckpointError(f"layer: {shown(layer)}, expected a layer index >= 0")
     if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < spec.parallel.tp_size:
         raise CheckpointError(f"tp_rank: {shown(tp_rank)}, expected 0..{spec.parallel.tp_size - 1} (the spec's tp_size)")
-    if not isinstance(checkpoint_dir, (str, Path)) or not str(checkpoint_dir):
+    if not isinstance(checkpoint_dir, (str, os.PathLike)) or not os.fspath(checkpoint_dir):
         raise CheckpointError(f"checkpoint_dir: {shown(checkpoint_dir)}, expected a model directory")
     ck = Checkpoint(checkpoint_dir)
     model_type = model_type or ck.config().get("model_type")

@@ -303,7 +303,8 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
                         log=lambda m: click.echo(m, err=True))
     click.echo(markdown_table(rows))
     if json_out:
-        atomic_write(json_out, json.dumps(to_json(rows, ceilings, spec, " ".join(sys.argv)), indent=2) + "\n")
+        atomic_write(json_out, json.dumps(to_json(rows, ceilings, spec, " ".join(sys.argv)), indent=2) + "\n",
+                     user_path=True)
 
 
 @main.command()
@@ -363,7 +364,7 @@ def spec_command(config, name, output) -> None:
                                  param_hint="--output")
     text = spec_yaml(spec_from_config(config, name), config)
     if output:
-        atomic_write(output, text)
+        atomic_write(output, text, user_path=True)
         click.echo(str(output), err=True)
     else:
         click.echo(text, nl=False)

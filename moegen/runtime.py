@@ -322,7 +322,7 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
          dispatch_root: str | Path | None = None) -> MoeLayer:
     """Load ``generated/<variant>/<arch>``; checks manifest, library, spec and GPU before use.
     dispatch_root: where user dispatch tables live (default: the build's output root's dispatch/)."""
-    if not isinstance(out_dir, (str, Path)) or not str(out_dir):
+    if not isinstance(out_dir, (str, os.PathLike)) or not os.fspath(out_dir):
         raise LoadError(f"out_dir = {out_dir!r}: expected a build directory (generated/<variant>/<arch>)")
     out_dir = Path(out_dir)
     for name, value in benchmark_switches().items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,9 +338,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _check_unique_keys(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool) -> None:
+    # A mapping is checked once, before PyYAML flattens its merges into it (after which a merged key and
+    # the key overriding it both stand in it); an anchored one merged later was checked where it stands.
+    checked = loader.__dict__.setdefault("_checked_mappings", set())
+    if id(node) in checked:
+        return
+    checked.add(id(node))
     seen, merges = set(), 0
     for key_node, value_node in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys are checked as a mapping's own
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` or an inline mapping: checked as one
             merges += 1
             if merges > 1:
                 raise yaml.constructor.ConstructorError(None, None, "'<<' given twice", key_node.start_mark)
@@ -406,7 +413,7 @@ def _resolve(name_or_path: str | Path, config_dir: Path) -> Path:
 
 
 def load_model(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> ModelSpec:
-    if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
+    if not isinstance(name_or_path, (str, os.PathLike)) or not os.fspath(name_or_path):
         raise SpecError(f"model = {shown(name_or_path)}: expected a model name ({', '.join(known_models(config_dir))}) "
                         "or the path of a .yaml spec")
     path = _resolve(name_or_path, config_dir)

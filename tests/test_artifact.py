@@ -107,3 +107,16 @@ def test_source_commit_names_this_checkout_or_the_environment(monkeypatch):
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=Path(__file__).parent).stdout.strip()
     assert source_commit() == (head or "unknown")
+
+
+def test_moegen_s_own_files_replace_a_planted_link_never_write_through_it(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not moegen's")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").symlink_to(outside)
+    (out / "dangling.log").symlink_to(tmp_path / "nowhere" / "x.log")
+    atomic_write(out / "manifest.json", "{}")
+    atomic_write(out / "dangling.log", "log")
+    assert outside.read_text() == "not moegen's" and not (tmp_path / "nowhere").exists()
+    assert not (out / "manifest.json").is_symlink() and (out / "manifest.json").read_text() == "{}"

@@ -423,7 +423,7 @@ def test_failed_rebuild_keeps_the_built_sources_and_logs(tmp_path, fake_toolchai
     monkeypatch.undo()
     second = run(tiny(), TINY_SETS["b"], root, fake_toolchain)
     assert {p.stem for p in (out / "src").glob("*.cu")} == {c.name for c in second.plan.compiles}
-    assert not (out / build.STAGING).exists()
+    assert [p.name for p in (out / build.STAGING).iterdir()] == ["src"] and (out / build.STAGING / "src").is_symlink()
     assert_consistent(out)
 
 
@@ -438,7 +438,7 @@ def test_a_staging_leftover_is_replaced_never_followed(tmp_path, fake_toolchain,
     else:
         (out / build.STAGING).write_text("x")
     run(tiny(), TINY_SETS["a"], root, fake_toolchain)
-    assert list(elsewhere.iterdir()) == [] and not (out / build.STAGING).exists()
+    assert list(elsewhere.iterdir()) == [] and (out / build.STAGING / "src").is_symlink()
     assert_consistent(out)
 
 
@@ -488,7 +488,7 @@ def test_clean_touches_only_the_stores_own_files_and_waits_for_builds(tmp_path, 
     (odd / "manifest.json").write_text(json.dumps(dict(json.loads((b.plan.out_dir / "manifest.json").read_text()),
                                                        objects=[1])))
     lines = []
-    with build.directory_lock(root / ".objects", log=lines.append, shared=True):  # a build in progress
+    with build.directory_lock(root / ".objects", log=lines.append, shared=True, name=build.STORE_LOCK_NAME):  # a build in progress
         cleaner = threading.Thread(target=build.clean, args=(root,), kwargs=dict(log=lines.append))
         cleaner.start()
         cleaner.join(timeout=1.0)
@@ -525,3 +525,11 @@ def test_nothing_is_written_outside_the_output_root(tmp_path, fake_toolchain):
     before = set(tmp_path.iterdir())
     run(tiny(), TINY_SETS["a"], root, fake_toolchain)
     assert set(tmp_path.iterdir()) - before == {root}
+
+
+def test_a_store_inside_the_build_directory_does_not_lock_itself(tmp_path, fake_toolchain):
+    spec = tiny()
+    out = build.output_dir(spec, "sm90", tmp_path / "gen")
+    result = run(spec, TINY_SETS["a"], tmp_path / "gen", fake_toolchain, store=out)  # would hang on one lock file
+    assert_consistent(result.plan.out_dir)
+    assert (out / build.STAGING / "src").resolve() == (out / "src").resolve()  # where the line info points

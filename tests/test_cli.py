@@ -281,4 +281,4 @@ def test_outputs_that_cannot_be_written_fail_before_the_work(runner, tmp_path):
 
 def test_no_arguments_print_the_help(runner):
     result = runner.invoke(cli.main, [])
-    assert "Usage:" in result.output and "Commands:" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Usage:" in result.output and "Commands:" in result.output and "Traceback" not in result.output

@@ -2,7 +2,7 @@
 
 Builds (or reuses, by fingerprint) each variant's library under generated/_gputest, draws fresh
 random inputs per case (the seed is in pytest's header; MOEGEN_TEST_SEED repeats a run), poisons outputs and
-workspace, and checks relative L2 error within `moegen check`'s bound (2.7e-3), no NaN, and the router's choice against the
+workspace, and checks relative L2 error <= 2.7e-3 (as measured on these variants), no NaN, and the router's choice against the
 reference router wherever the choice is not a near tie.  Both entry points: the fused layer and the
 experts-only call on the caller's routing (with an expert map, int32 and int64 ids, a caller's
 output buffer), under CUDA graphs and torch.compile, T = 0, skewed routing, and batch invariance.
@@ -28,7 +28,11 @@ from moegen import testing  # noqa: E402
 from moegen.testing import random_inputs, reference_output, relative_l2  # noqa: E402
 
 TOKENS = (0, 1, 2, 3, 7, 16, 32, 33, 64, 255, 500, 1024, 4096)  # 32 | 33: one-block | many-block routing
-TOLERANCE = testing.TOLERANCE["bf16"]  # the bound `moegen check` and the tuner hold every library to
+# Relative L2 error against the float64 layer on the variants here: rounding h (GEMM2's B operand) and
+# the output to bf16 measured 2.25-2.47e-3 on every one (H200).  Tighter than moegen.testing's bound for
+# any spec and split (5e-3), which must also pass splits with few intermediate columns per rank.
+TOLERANCE = 2.7e-3
+assert TOLERANCE <= testing.TOLERANCE["bf16"]
 MARGIN = 1e-5  # router choices closer than this may flip under float32 rounding
 _SEED = int(os.environ["MOEGEN_TEST_SEED"])  # tests/conftest.py draws it and prints it in the header
 

@@ -11,8 +11,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("setuptools") is None,
-                                reason="building a wheel without build isolation needs setuptools")
+def _can_build_wheels() -> bool:
+    """setuptools, and its bdist_wheel (built in from 70.1, the `wheel` package before)."""
+    if importlib.util.find_spec("setuptools") is None:
+        return False
+    import setuptools
+    major, minor = (int(p) for p in setuptools.__version__.split(".")[:2])
+    return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
+pytestmark = pytest.mark.skipif(not _can_build_wheels(),
+                                reason="building a wheel without build isolation needs setuptools >= 70.1 or wheel")
 
 LIST_MODELS = r"""
 import moegen

@@ -47,6 +47,9 @@ class ArchPolicy:
         object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "shortlist", tuple(map(tuple, self.shortlist)))
 
+    def __deepcopy__(self, memo):  # immutable: a copy is the policy itself
+        return self
+
     @property
     def fp8(self) -> bool:
         """Whether its kernels are the e4m3-activation (W4A8) family (KernelConfig.fp8)."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round w (staged 2026-12-04 in a session without a device): this session's CPU-side changes on the GPU,
 # then round v (still unrun).
-#   C   `moegen check` under the BF16 bound of check and the tuner (5e-3, from 1e-2; ee8caad)
+#   C   `moegen check` under the BF16 bound of check and the tuner (5e-3; 1e-2 before 1fe44a0, 2.7e-3 until ee8caad)
 #       on two BF16 builds of the test tree, a short tune of two buckets (the profiler's context probe
 #       after a failing candidate never fires on a healthy GPU; the tune must finish), and the GPU
 #       layer tests of one BF16 variant (their libraries relink: the generator's source changed)

@@ -281,22 +281,20 @@ def _prepare_dir(path: Path, what: str) -> None:
 def directory_lock(path: Path, log: Callable[[str], None] = print, shared: bool = False,
                    waiting: str = "another build of {path} to finish", name: str = LOCK_NAME) -> Iterator[None]:
     """A flock on path/<name>, exclusive or shared, held until the block ends (the kernel drops it if
-    the process dies, so a killed build never blocks the next).  Shared, it makes do with a read-only
-    lock file (a store another user created), or none in a store nobody can write (nothing can prune it)."""
+    the process dies, so a killed build never blocks the next).  A lock file another user created
+    (mode 0644) is locked through a read-only descriptor: flock needs no write access."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     lock_path = path / name
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as e:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except PermissionError:
         fd = None
-        if shared and e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-            try:
-                fd = os.open(lock_path, os.O_RDONLY)
-            except OSError:
-                if not os.access(path, os.W_OK):
-                    yield
-                    return
-        if fd is None:
+    except OSError as e:
+        raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
+    if fd is None:
+        try:
+            fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as e:
             raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
     try:
         try:
@@ -466,8 +464,12 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         shutil.rmtree(stage, ignore_errors=True)
         # nvcc records the absolute directory of each source in the objects' line info (-lineinfo):
         # .staging/src keeps leading to the sources, for compute-sanitizer's and ncu's source views.
-        stage.mkdir()
-        (stage / "src").symlink_to(Path("..") / "src")
+        # The build is published already, so a file system without links costs only that.
+        try:
+            stage.mkdir(exist_ok=True)
+            (stage / "src").symlink_to(Path("..") / "src")
+        except OSError:
+            pass
         # Older libraries are unreachable once the manifest names the new one.
         for p in out.glob("libmoegen-*.so"):
             if p.name != plan.library:

@@ -341,6 +341,7 @@ def _check_unique_keys(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     # A mapping is checked once, before PyYAML flattens its merges into it (after which a merged key and
     # the key overriding it both stand in it); an anchored one merged later was checked where it stands.
     checked = loader.__dict__.setdefault("_checked_mappings", set())
+    merging = loader.__dict__.setdefault("_merging_mappings", set())
     if id(node) in checked:
         return
     checked.add(id(node))
@@ -350,9 +351,14 @@ def _check_unique_keys(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
             merges += 1
             if merges > 1:
                 raise yaml.constructor.ConstructorError(None, None, "'<<' given twice", key_node.start_mark)
+            merging.add(id(node))
             for merged in (value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]):
                 if isinstance(merged, yaml.MappingNode):
                     _check_unique_keys(loader, merged, deep)
+                    if id(merged) in merging:  # PyYAML flattens it in place and then merges it wrongly
+                        raise yaml.constructor.ConstructorError(
+                            None, None, "a merged mapping merges another ('<<' in '<<'), expected one level of "
+                            "merging", key_node.start_mark)
             continue
         key = loader.construct_object(key_node, deep=deep)
         if not isinstance(key, (str, int, float, bool)) and key is not None:

@@ -455,3 +455,11 @@ def test_a_fifo_is_refused_not_read(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(SpecError, match="not a regular file"):
         load_model(fifo)  # returns at once: never blocks on the FIFO
+
+
+def test_a_chained_merge_is_refused_not_resolved_wrongly(tmp_path):
+    # PyYAML flattens the middle mapping in place, then merges it with its merged key first: x would be 1
+    path = write(tmp_path, "x-b: &b {kind: softmax_topk, top_k: 2}\nx-a: &a {<<: *b, top_k: 6}\n"
+                           "name: t\nrouter: {<<: *a}\n")
+    with pytest.raises(SpecError, match="a merged mapping merges another"):
+        load_model(path)

@@ -301,10 +301,11 @@ def resumable_table(path: Path, kernel_names: list[str], contribution: bool = Fa
     return dict(table, measurements=kept), f"adding the tuned buckets to {path}"
 
 
-def save_table(root: Path, table: dict) -> Path:
+def save_table(root: Path, table: dict, user_path: bool = False) -> Path:
+    """user_path: the root is one the user named (--table-root), whose tables may be links to keep."""
     gpu = GpuInfo(table["gpu"]["name"], table["gpu"]["sm_count"])
     path = table_path(root, table["arch"], gpu, ProblemKey.parse(table["problem_key"]))
-    atomic_write(path, json.dumps(table, indent=1) + "\n")
+    atomic_write(path, json.dumps(table, indent=1) + "\n", user_path=user_path)
     return path
 
 
@@ -352,7 +353,7 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
         else:
             raw = make_table(spec, arch, layer.gpu, layer.kernels, choices, measurements, tuned_with)
             table = merge_into(previous, raw, tolerance)
-        save_table(root, table)
+        save_table(root, table, user_path=table_root is not None)
         return table
 
     rejected = local_memory_reasons(layer.manifest.data)

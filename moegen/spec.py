@@ -424,7 +424,7 @@ def load_model(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> Model
                         "or the path of a .yaml spec")
     path = _resolve(name_or_path, config_dir)
     spec = model_from_dict(read_yaml(path), str(path))
-    if path.parent == config_dir / "models" and spec.name != path.stem:
+    if path.parent == Path(config_dir) / "models" and spec.name != path.stem:
         _fail(str(path), "name", spec.name, f"{path.stem!r} (the file's name)")
     return spec
 

@@ -5,7 +5,8 @@
 #   tools/tune_shipped.sh [BUCKETS]      BUCKETS: comma-separated token counts (default: moegen tune's)
 #
 # Each line below: model, split options, and the candidates (the whole space for DeepSeek-V4-Flash and
-# gpt-oss-120b, the arch's shortlist elsewhere).  NO_BUILD=1 tunes the builds already in generated/ (carried).
+# gpt-oss-120b, the arch's shortlist elsewhere).  NO_BUILD=1 tunes the builds already in generated/ (built
+# elsewhere and copied here, say, to spare this machine the compiles).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUCKETS=${1:-}

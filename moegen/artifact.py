@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .paths import read_small_file
+from .paths import blocking_file, read_small_file
 from .spec import shown
 
 MANIFEST_SCHEMA = 2
@@ -99,7 +99,7 @@ def atomic_write(path: Path, data: str | bytes, user_path: bool = False) -> None
     except OSError as e:
         if tmp:
             Path(tmp).unlink(missing_ok=True)
-        blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+        blocker = blocking_file(path)
         reason = f"{blocker} is not a directory" if blocker else (e.strerror or str(e))
         raise ArtifactError(f"{path}: cannot write ({reason}); expected a writable file path") from None
     except BaseException:

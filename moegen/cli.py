@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from .paths import DEFAULT_OUT
+from .paths import DEFAULT_OUT, blocking_file
 from .spec import NAME_PATTERN, SpecError, known_models, load_model
 
 ARCH_CHOICES = ["sm90", "sm100"]
@@ -70,7 +70,7 @@ def _writable_file_target(option: str, path: Path | None) -> None:
         return
     if path.is_dir():
         raise click.BadParameter(f"{path}: is a directory, expected a file path", param_hint=option)
-    blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+    blocker = blocking_file(path)
     if blocker is not None:
         raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a file path", param_hint=option)
 
@@ -78,7 +78,7 @@ def _writable_file_target(option: str, path: Path | None) -> None:
 def _writable_dir_target(option: str, path: Path | None) -> None:
     if path is None:
         return
-    blocker = next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
+    blocker = blocking_file(path, include_self=True)
     if blocker is not None:
         raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a directory", param_hint=option)
 

@@ -100,10 +100,11 @@ def read_table(path: Path) -> dict:
     if not isinstance(table, dict) or table.get("schema") != TABLE_SCHEMA:
         got = table.get("schema") if isinstance(table, dict) else type(table).__name__
         raise DispatchError(f"{path}: schema {shown(got)}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
-    if not isinstance(table.get("tuned_with", {}), dict):
-        raise DispatchError(f"{path}: field 'tuned_with' = {shown(table['tuned_with'])}: expected an object")
-    if not isinstance(table.get("tuned_with", {}).get("partial", False), bool):
-        raise DispatchError(f"{path}: field 'tuned_with.partial' = {shown(table['tuned_with']['partial'])}: "
+    tuned_with = table.get("tuned_with", {})
+    if not isinstance(tuned_with, dict):
+        raise DispatchError(f"{path}: field 'tuned_with' = {shown(tuned_with)}: expected an object")
+    if not isinstance(tuned_with.get("partial", False), bool):
+        raise DispatchError(f"{path}: field 'tuned_with.partial' = {shown(tuned_with['partial'])}: "
                             "expected true or false")
     buckets = table.get("buckets")
     if not isinstance(buckets, list) or not buckets:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .spec import shown
+
 GEMMS = ("gemm1", "gemm2")  # gemm1: W1|W3 + SwiGLU; gemm2: W2 + routing weight
 
 
@@ -46,7 +48,6 @@ def kernel_name(cfg: KernelConfig) -> str:
 def parse_kernel_name(name: str) -> KernelConfig:
     m = _NAME.fullmatch(name) if isinstance(name, str) else None
     if not m:
-        quoted = repr(name) if len(repr(name)) <= 80 else f"{repr(name)[:68]}... ({len(repr(name))} chars)"
-        raise ValueError(f"kernel name {quoted}: expected the form moegen_<arch>_<gemm1|gemm2>_m<M>n<N>k<K>s<stages>[_loop][_fp8]")
+        raise ValueError(f"kernel name {shown(name)}: expected the form moegen_<arch>_<gemm1|gemm2>_m<M>n<N>k<K>s<stages>[_loop][_fp8]")
     return KernelConfig(arch=m["arch"], gemm=m["gemm"], block_m=int(m["m"]), block_n=int(m["n"]),
                         block_k=int(m["k"]), stages=int(m["s"]), fp8=bool(m["fp8"]), tile_loop=bool(m["loop"]))

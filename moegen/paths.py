@@ -3,6 +3,9 @@ sit beside the package; a wheel carries them inside it (pyproject.toml maps them
 and moegen.templates), so both layouts resolve here and nothing else looks up a directory."""
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -28,10 +31,6 @@ DEFAULT_OUT = Path("generated") if installed_as_wheel() else _CHECKOUT_DIR / "ge
 def read_small_file(path: Path, limit: int = 64 << 20) -> bytes:
     """A regular file's bytes, up to `limit`: a FIFO or device would block or never end, so it is refused
     (an OSError, like any unreadable file, whose strerror says what was expected)."""
-    import errno
-    import os
-    import stat
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -45,3 +44,10 @@ def read_small_file(path: Path, limit: int = 64 << 20) -> bytes:
             return f.read(limit + 1)
     finally:
         os.close(fd)
+
+
+def blocking_file(path: Path, include_self: bool = False) -> Path | None:
+    """The first of path's parents (and path itself, with include_self) that exists and is not a
+    directory: what keeps a file from being written at path."""
+    candidates = (path, *path.parents) if include_self else path.parents
+    return next((a for a in candidates if a.exists() and not a.is_dir()), None)

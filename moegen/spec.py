@@ -6,6 +6,7 @@ the same schema ``model_from_dict`` reads, so a spec round-trips through a manif
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import math
@@ -42,7 +43,17 @@ MAX_INTERMEDIATE = 32768
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
-_validating = contextvars.ContextVar("moegen_spec_validating", default=False)  # model_from_dict builds one
+_validating = contextvars.ContextVar("moegen_spec_validating", default=False)
+
+
+@contextlib.contextmanager
+def _validated_here():
+    """ModelSpecs built inside skip __post_init__'s check: the caller validates them itself."""
+    token = _validating.set(True)
+    try:
+        yield
+    finally:
+        _validating.reset(token)
 
 
 class SpecError(ValueError):
@@ -112,11 +123,7 @@ class ModelSpec:
         for field, kind in (("router", RouterSpec), ("activation", ActivationSpec), ("parallel", ParallelSpec)):
             if not isinstance(getattr(self, field), kind):
                 _fail(self.source, field, getattr(self, field), f"a moegen.spec.{kind.__name__}")
-        token = _validating.set(True)
-        try:
-            model_from_dict(self.to_dict(), self.source)
-        finally:
-            _validating.reset(token)
+        model_from_dict(self.to_dict(), self.source)
 
     @property
     def local_experts(self) -> int:
@@ -158,11 +165,8 @@ class ModelSpec:
         new = ParallelSpec(tp_size=p.tp_size if tp_size is None else tp_size,
                            ep_size=p.ep_size if ep_size is None else ep_size,
                            ep_rank=p.ep_rank if ep_rank is None else ep_rank)
-        token = _validating.set(True)  # validated here, naming the split as the source
-        try:
+        with _validated_here():  # below, naming the split as the source
             spec = dataclasses.replace(self, parallel=new)
-        finally:
-            _validating.reset(token)
         _validate_model(spec, f"{self.source} (parallel split)")
         return spec
 
@@ -275,14 +279,15 @@ def model_from_dict(data: Any, source: str = "<inline>") -> ModelSpec:
                             ep_size=p.int("ep_size", 1, min_value=1, max_value=MAX_EXPERTS),
                             ep_rank=p.int("ep_rank", 0, min_value=0, max_value=MAX_EXPERTS))
     p.done()
-    spec = ModelSpec(
-        name=f.name("name", required=True),
-        num_experts=f.int("num_experts", required=True, min_value=1, max_value=MAX_EXPERTS),
-        hidden_size=f.int("hidden_size", required=True, min_value=MX_GROUP, max_value=MAX_HIDDEN),
-        intermediate_size=f.int("intermediate_size", required=True, min_value=MX_GROUP, max_value=MAX_INTERMEDIATE),
-        router=router, activation=activation, gemm1_bias=g1b, gemm2_bias=g2b,
-        parallel=parallel, activations=f.choice("activations", ACTIVATION_PRECISIONS, "bf16"), source=source,
-    )
+    with _validated_here():  # validated below, once
+        spec = ModelSpec(
+            name=f.name("name", required=True),
+            num_experts=f.int("num_experts", required=True, min_value=1, max_value=MAX_EXPERTS),
+            hidden_size=f.int("hidden_size", required=True, min_value=MX_GROUP, max_value=MAX_HIDDEN),
+            intermediate_size=f.int("intermediate_size", required=True, min_value=MX_GROUP, max_value=MAX_INTERMEDIATE),
+            router=router, activation=activation, gemm1_bias=g1b, gemm2_bias=g2b,
+            parallel=parallel, activations=f.choice("activations", ACTIVATION_PRECISIONS, "bf16"), source=source,
+        )
     f.done()
     _validate_model(spec, source)
     return spec

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -49,6 +49,9 @@ LINK_FLAGS = ("-Xlinker=--no-undefined",)  # a missing kernel symbol fails the l
 OBJECT_STORE = ".objects"  # under the output root
 LOCK_NAME = ".lock"
 STORE_LOCK_NAME = ".store.lock"  # its own name: --objects may point at a build directory
+# Held while taking the store lock, and by `clean` throughout: new builds queue behind a waiting clean
+# (flock grants new shared locks while an exclusive request waits, so a stream of builds would starve it).
+STORE_GATE_NAME = ".store.gate"
 STAGING = ".staging"  # a build directory's next sources and logs, until the library links
 # The generator: every module whose code decides what a build produces.  Its source is hashed into
 # the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
@@ -390,8 +393,11 @@ def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], Non
     _prepare_dir(out, "build")
     # The build directory's lock serializes builds of one variant; the store's, shared by every build
     # and taken exclusively by `clean`, keeps clean from pruning objects a running build has not linked yet.
-    with directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish", name=STORE_LOCK_NAME), \
-            directory_lock(out, log):
+    with ExitStack() as held:
+        with directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish", name=STORE_GATE_NAME):
+            held.enter_context(directory_lock(store, log, shared=True, waiting="`moegen clean` of {path} to finish",
+                                              name=STORE_LOCK_NAME))
+        held.enter_context(directory_lock(out, log))
         return _run_locked(plan, jobs, log)
 
 
@@ -569,7 +575,8 @@ def clean(root: Path, log: Callable[[str], None] = print) -> int:
     store = root / OBJECT_STORE
     if not store.is_dir():
         raise BuildError(f"{store}: no object store (expected the output root of `moegen build`, e.g. generated)")
-    with directory_lock(store, log, waiting="running builds using {path} to finish", name=STORE_LOCK_NAME):
+    with directory_lock(store, log, waiting="another `moegen clean` of {path} to finish", name=STORE_GATE_NAME), \
+            directory_lock(store, log, waiting="running builds using {path} to finish", name=STORE_LOCK_NAME):
         keep, skipped = set(), []
         for manifest in root.rglob(MANIFEST_NAME):
             try:

@@ -1,6 +1,7 @@
 """Build planning (pure, fingerprinted) and execution (object store, lock, atomic publish), with a fake
 nvcc (tests/helpers/fake_nvcc.py) so the races and kills of real builds run in CI in seconds."""
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -493,6 +494,13 @@ def test_clean_touches_only_the_stores_own_files_and_waits_for_builds(tmp_path, 
         cleaner.start()
         cleaner.join(timeout=1.0)
         assert cleaner.is_alive() and not any("removed" in line for line in lines)
+        # the waiting clean holds the gate: a new build queues behind it instead of starving it
+        gate = os.open(root / ".objects" / build.STORE_GATE_NAME, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(gate, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        finally:
+            os.close(gate)
     cleaner.join(timeout=10)
     assert not cleaner.is_alive() and any("removed" in line for line in lines)
     assert foreign.read_text() == "not moegen's"
@@ -501,6 +509,22 @@ def test_clean_touches_only_the_stores_own_files_and_waits_for_builds(tmp_path, 
     for bad, expected in ((tmp_path / "nope", "does not exist"), (tmp_path / "gen" / "odd", "no object store")):
         with pytest.raises(BuildError, match=expected):
             build.clean(bad, log=lambda m: None)
+
+
+def test_a_build_waits_for_a_clean_that_is_waiting_for_other_builds(tmp_path, fake_toolchain):
+    root = tmp_path / "gen"
+    before = (run(tiny(), TINY_SETS["a"], root, fake_toolchain).plan.out_dir / "manifest.json").read_bytes()
+    lines = []
+    plan = build.plan_build(tiny(), "sm90", TINY_SETS["b"], root, toolchain=fake_toolchain)
+    with build.directory_lock(root / ".objects", log=lambda m: None, name=build.STORE_GATE_NAME):  # a clean, waiting
+        builder = threading.Thread(target=build.run_build, args=(plan,), kwargs=dict(log=lines.append))
+        builder.start()
+        builder.join(timeout=1.0)
+        assert builder.is_alive() and any("waiting for `moegen clean`" in line for line in lines)
+        assert (plan.out_dir / "manifest.json").read_bytes() == before
+    builder.join(timeout=60)
+    assert not builder.is_alive()
+    assert set(assert_consistent(plan.out_dir)["kernels"]) == {c.name for c in TINY_SETS["b"]}
 
 
 @pytest.mark.parametrize("make_out, expected", [

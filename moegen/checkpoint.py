@@ -16,8 +16,14 @@ Layouts (the model directory's config.json `model_type` picks one):
 * ``qwen3_moe``: ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.weight`` (bf16), quantized to
   MXFP4; router ``model.layers.{i}.mlp.gate.weight``.
 
-Every missing tensor, wrong shape or dtype is a CheckpointError naming the tensor, its file and what
-was expected.
+Both float layouts read either release format: block-scaled FP8 where config.json's
+``quantization_config`` says ``fp8`` with 128 x 128 blocks (DeepSeek-V3, Qwen3's FP8 releases), else
+bf16 (Qwen3, DeepSeek-V3 converted to bf16).
+
+config.json, where the directory has one, must describe the spec's layer (every size, router and
+activation field moegen reads from it), and `layer` must be one of its MoE layers.  Every missing
+tensor, wrong shape or dtype, and every such mismatch is a one-line CheckpointError naming the tensor
+or the config field, its file and what was expected.
 """
 from __future__ import annotations
 
@@ -31,7 +37,8 @@ import torch
 from .layout import SM90_ATOMS, PreparedWeights
 from .mxfp4 import quantize
 from .paths import read_small_file
-from .spec import ModelSpec, shown
+from .hf_config import config_key, spec_from_config_data
+from .spec import ModelSpec, SpecError, shown
 
 FP8_BLOCK = 128  # DeepSeek-V3's FP8 weights: one scale per 128 x 128 block
 
@@ -79,12 +86,16 @@ class Checkpoint:
             try:
                 weight_map = json.loads(read_small_file(index, 1 << 30))["weight_map"]
                 self.files = {name: self.dir / file for name, file in weight_map.items()
-                              if isinstance(name, str) and isinstance(file, str) and Path(file).name == file}
+                              if isinstance(name, str) and isinstance(file, str)}
                 if len(self.files) != len(weight_map):
-                    raise TypeError("a tensor name or file name is not a plain string")
+                    raise TypeError("a tensor name or file name is not a string")
             except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
                 raise CheckpointError(f"{index}: expected {{\"weight_map\": {{tensor: file name}}}} "
                                       f"({shown(' '.join(str(e).split()))})") from None
+            for name, path in self.files.items():
+                if path.name != weight_map[name] or path.name in ("", ".", ".."):
+                    raise CheckpointError(f"{index}: weight_map[{shown(name)}] = {shown(weight_map[name])}, expected "
+                                          "the name of a file in the model directory")
         else:
             singles = sorted(self.dir.glob("*.safetensors"))
             if not singles:
@@ -92,6 +103,9 @@ class Checkpoint:
             self.files = {}
             for path in singles:
                 for name in self._open(path).keys():
+                    if name in self.files:  # a stale copy beside the checkpoint: which one is meant is unknowable
+                        raise CheckpointError(f"{self.dir}: tensor {name!r} is in both {self.files[name].name} and "
+                                              f"{path.name} (expected each tensor in one file, or an index naming it)")
                     self.files[name] = path
 
     def config(self) -> dict:
@@ -121,12 +135,20 @@ class Checkpoint:
         if name not in self.files:
             raise CheckpointError(f"{self.dir}: no tensor {name!r} (expected {_dtype_names(dtypes)} {tuple(shape)})")
         path = self.files[name]
-        part = self._open(path).get_slice(name)
+        handle = self._open(path)
+        try:
+            part = handle.get_slice(name)
+        except Exception:  # noqa: BLE001 - safetensors raises its own error type
+            raise CheckpointError(f"{path}: no tensor {name!r}, though the index places it in this file "
+                                  f"(expected {_dtype_names(dtypes)} {tuple(shape)})") from None
         got_shape, got_dtype = tuple(part.get_shape()), part.get_dtype()
         if got_shape != tuple(shape) or got_dtype not in dtypes:
             raise CheckpointError(f"{path}: tensor {name!r} is {got_dtype} {got_shape}, expected "
                                   f"{_dtype_names(dtypes)} {tuple(shape)}")
-        return part[index] if index is not None else part[:]
+        try:
+            return part[index] if index is not None else part[:]
+        except Exception as e:  # noqa: BLE001 - a truncated or damaged file
+            raise CheckpointError(f"{path}: cannot read tensor {name!r} ({shown(' '.join(str(e).split()))})") from None
 
 
 def _dtype_names(dtypes: tuple) -> str:
@@ -138,18 +160,78 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
 
-def _check_config(ck: Checkpoint, spec: ModelSpec, fields: dict) -> dict:
-    config = ck.config()
-    for key, expected in fields.items():
-        if key in config and config[key] != expected:
-            raise CheckpointError(f"{ck.dir / 'config.json'}: field '{key}' = {shown(config[key])}, but spec {spec.name} "
-                                  f"expects {expected!r}")
-    return config
+def _described_layer(path: Path, config: dict, spec: ModelSpec, model_type: str) -> None:
+    """The layer config.json describes must be the spec's (sizes, router, activation, biases): a spec
+    that differs would load cleanly and compute another layer."""
+    try:
+        described = spec_from_config_data(config, str(path), spec.name, model_type).to_dict()
+    except SpecError as e:
+        raise CheckpointError(str(e)) from None
+    wanted = spec.to_dict()
+    for field in ("num_experts", "hidden_size", "intermediate_size", "router", "activation", "bias"):
+        theirs, mine = described[field], wanted[field]
+        pairs = [(f"{field}.{k}", theirs[k], mine[k]) for k in theirs] if isinstance(theirs, dict) else \
+            [(field, theirs, mine)]
+        for name, got, expected in pairs:
+            if got != expected:
+                key = config_key(model_type, name)
+                where = f"field '{key}' = {shown(got)}" if key in config or key != name else \
+                    f"{name} = {shown(got)} (the {model_type} architecture's)"
+                raise CheckpointError(f"{path}: {where}, but spec {spec.name} has {name} = {shown(expected)}")
+
+
+def _int_field(path: Path, config: dict, key: str) -> int | None:
+    v = config.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise CheckpointError(f"{path}: field '{key}' = {shown(v)}, expected an integer")
+    return v
+
+
+def _check_layer(path: Path, config: dict, model_type: str, layer: int) -> None:
+    """layer must be one of the model's MoE layers, where config.json says which those are."""
+    layers = _int_field(path, config, "num_hidden_layers")
+    if layers is not None and layer >= layers:
+        raise CheckpointError(f"layer: {layer}, expected 0..{layers - 1} ({path}: field 'num_hidden_layers' = {layers})")
+    if model_type in ("deepseek_v3", "deepseek_v4"):
+        dense = _int_field(path, config, "first_k_dense_replace") or 0
+        if layer < dense:
+            raise CheckpointError(f"layer: {layer} is a dense MLP, expected a MoE layer >= {dense} "
+                                  f"({path}: field 'first_k_dense_replace' = {dense})")
+    if model_type == "qwen3_moe":
+        step = _int_field(path, config, "decoder_sparse_step") or 1
+        dense = config.get("mlp_only_layers") or []
+        if not isinstance(dense, list):
+            raise CheckpointError(f"{path}: field 'mlp_only_layers' = {shown(dense)}, expected a list of layer indices")
+        if layer in dense or (layer + 1) % step:
+            raise CheckpointError(f"layer: {layer} is a dense MLP ({path}: fields 'mlp_only_layers' = {shown(dense)}, "
+                                  f"'decoder_sparse_step' = {step}), expected a MoE layer")
+
+
+def _fp8_experts(path: Path, config: dict, model_type: str) -> bool:
+    """Whether the float layouts store their experts as block-scaled FP8 (the DeepSeek-V3 format), from
+    config.json's quantization_config; anything else moegen does not read is refused here, by name."""
+    quant = config.get("quantization_config")
+    if model_type == "deepseek_v4":
+        dtype = config.get("expert_dtype", "fp4")
+        if dtype != "fp4":
+            raise CheckpointError(f"{path}: field 'expert_dtype' = {shown(dtype)}, expected 'fp4' (moegen reads "
+                                  "DeepSeek-V4's MXFP4 experts)")
+        return False
+    if model_type not in ("deepseek_v3", "qwen3_moe") or quant is None:
+        return False
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    block = quant.get("weight_block_size") if isinstance(quant, dict) else None
+    if method != "fp8" or block not in (None, [FP8_BLOCK, FP8_BLOCK]):
+        raise CheckpointError(f"{path}: field 'quantization_config' = {shown(quant)}, expected none (bf16 experts) "
+                              f"or quant_method 'fp8' with weight_block_size [{FP8_BLOCK}, {FP8_BLOCK}]")
+    return True
 
 
 # --- the layouts ------------------------------------------------------------------------------------
 
-def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> tuple[RawExperts, dict]:
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
     e0, e1 = spec.expert_begin, spec.expert_begin + spec.local_experts
     c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
@@ -176,7 +258,7 @@ def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple
     return raw, router
 
 
-def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> tuple[RawExperts, dict]:
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
     c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
     p = f"layers.{layer}.ffn"
@@ -249,30 +331,21 @@ def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp
     return RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
 
 
-def _deepseek_v3(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
+def _deepseek_v3(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> tuple[RawExperts, dict]:
     E, H = spec.num_experts, spec.hidden_size
     p = f"model.layers.{layer}.mlp.gate"
-    return _float_experts(ck, spec, layer, tp_rank, fp8=True), dict(
+    return _float_experts(ck, spec, layer, tp_rank, fp8), dict(
         router_weight=ck.slice(f"{p}.weight", (E, H), ("BF16", "F32")),
         score_bias=ck.slice(f"{p}.e_score_correction_bias", (E,), ("F32", "BF16")).float())
 
 
-def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int) -> tuple[RawExperts, dict]:
-    return _float_experts(ck, spec, layer, tp_rank, fp8=False), dict(
+def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> tuple[RawExperts, dict]:
+    return _float_experts(ck, spec, layer, tp_rank, fp8), dict(
         router_weight=ck.slice(f"model.layers.{layer}.mlp.gate.weight", (spec.num_experts, spec.hidden_size),
                                ("BF16", "F32")))
 
 
-LAYOUTS = {
-    "gpt_oss": (_gpt_oss, dict(num_local_experts="num_experts", hidden_size="hidden_size",
-                               intermediate_size="intermediate_size")),
-    "deepseek_v4": (_deepseek_v4, dict(n_routed_experts="num_experts", hidden_size="hidden_size",
-                                       moe_intermediate_size="intermediate_size")),
-    "deepseek_v3": (_deepseek_v3, dict(n_routed_experts="num_experts", hidden_size="hidden_size",
-                                       moe_intermediate_size="intermediate_size")),
-    "qwen3_moe": (_qwen3_moe, dict(num_experts="num_experts", hidden_size="hidden_size",
-                                   moe_intermediate_size="intermediate_size")),
-}
+LAYOUTS = {"gpt_oss": _gpt_oss, "deepseek_v4": _deepseek_v4, "deepseek_v3": _deepseek_v3, "qwen3_moe": _qwen3_moe}
 
 
 def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_rank: int = 0,
@@ -287,14 +360,18 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
     if not isinstance(checkpoint_dir, (str, os.PathLike)) or not os.fspath(checkpoint_dir):
         raise CheckpointError(f"checkpoint_dir: {shown(checkpoint_dir)}, expected a model directory")
     ck = Checkpoint(checkpoint_dir)
-    model_type = model_type or ck.config().get("model_type")
+    path = ck.dir / "config.json"
+    config = ck.config() if model_type is None or path.is_file() else {}
+    model_type = model_type or config.get("model_type")
     if not isinstance(model_type, str) or model_type not in LAYOUTS:
-        raise CheckpointError(f"{ck.dir / 'config.json'}: model_type {shown(model_type)}, expected one of "
+        raise CheckpointError(f"{path}: model_type {shown(model_type)}, expected one of "
                               f"{', '.join(LAYOUTS)} (the layouts moegen loads)")
-    read, fields = LAYOUTS[model_type]
-    if (ck.dir / "config.json").is_file():
-        _check_config(ck, spec, {k: getattr(spec, v) for k, v in fields.items()})
-    return read(ck, spec, layer, tp_rank)
+    fp8 = model_type == "deepseek_v3"  # without a config.json: the published format
+    if config:
+        _described_layer(path, config, spec, model_type)
+        _check_layer(path, config, model_type, layer)
+        fp8 = _fp8_experts(path, config, model_type)
+    return LAYOUTS[model_type](ck, spec, layer, tp_rank, fp8)
 
 
 def load_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_rank: int = 0,

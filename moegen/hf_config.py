@@ -114,15 +114,25 @@ def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:
         raise SpecError(f"{path}: not valid JSON ({e})") from None
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply, expected a model's config.json") from None
-    c = _Config(data, str(path))
-    model_type = c.get("model_type", str)
+    return spec_from_config_data(data, str(path), name or default_name(path))
+
+
+def spec_from_config_data(data: Any, source: str, name: str, model_type: str | None = None) -> ModelSpec:
+    """The spec a parsed config.json describes; model_type, when given, overrides the file's."""
+    c = _Config(data, source)
+    model_type = model_type or c.get("model_type", str)
     if model_type not in MODEL_TYPES:
-        raise SpecError(f"{path}: field 'model_type' = {shown(model_type)}: expected one of "
+        raise SpecError(f"{source}: field 'model_type' = {shown(model_type)}: expected one of "
                         f"{', '.join(map(repr, MODEL_TYPES))} (the architectures moegen serves)")
     try:
-        return model_from_dict(dict(name=name or default_name(path), **MODEL_TYPES[model_type](c)), str(path))
+        return model_from_dict(dict(name=name, **MODEL_TYPES[model_type](c)), source)
     except SpecError as e:  # name the config.json's key, which the user can edit, not the spec's field
         raise SpecError(_CONFIG_FIELD.sub(lambda m: _config_field(model_type, m), str(e), count=1)) from None
+
+
+def config_key(model_type: str, field: str) -> str:
+    """The config.json key a spec field (dotted: router.top_k) comes from, or the field where it has none."""
+    return _SPEC_FIELD_SOURCES[model_type].get(field, field)
 
 
 # The config.json key each spec field comes from, where the names differ.
@@ -145,7 +155,7 @@ _CONFIG_FIELD = re.compile(r"field '([^']+)'")
 
 def _config_field(model_type: str, m: re.Match) -> str:
     field = m.group(1)
-    key = _SPEC_FIELD_SOURCES[model_type].get(field, field)
+    key = config_key(model_type, field)
     return m.group(0) if key == field else f"field '{key}' (the spec's {field})"
 
 

@@ -29,10 +29,30 @@ SPECS = {
     "qwen3_moe": dict(name="tiny-qwen", num_experts=8, hidden_size=64, intermediate_size=64,
                       router=dict(kind="softmax_topk", top_k=2), activation=dict(kind="swiglu")),
 }
-CONFIG_FIELDS = {"gpt_oss": ("num_local_experts", "intermediate_size"),
-                 "deepseek_v4": ("n_routed_experts", "moe_intermediate_size"),
-                 "deepseek_v3": ("n_routed_experts", "moe_intermediate_size"),
-                 "qwen3_moe": ("num_experts", "moe_intermediate_size")}
+
+
+def config_json(model_type: str, spec, fp8: bool) -> dict:
+    """The config.json a published model of this architecture would carry for spec's layer (fp8: its
+    float experts stored as block-scaled FP8, as DeepSeek-V3's and Qwen3's FP8 releases are)."""
+    r, E, H, I = spec.router, spec.num_experts, spec.hidden_size, spec.intermediate_size
+    common = dict(model_type=model_type, hidden_size=H, num_experts_per_tok=r.top_k, num_hidden_layers=4)
+    return dict(common, **{
+        "gpt_oss": dict(num_local_experts=E, intermediate_size=I, swiglu_limit=spec.activation.limit,
+                        quantization_config=dict(quant_method="mxfp4")),
+        "deepseek_v4": dict(n_routed_experts=E, moe_intermediate_size=I, scoring_func="sqrtsoftplus",
+                            topk_method="noaux_tc", norm_topk_prob=r.renormalize,
+                            routed_scaling_factor=r.routed_scaling_factor, num_hash_layers=r.hash_layers,
+                            swiglu_limit=spec.activation.limit, expert_dtype="fp4"),
+        "deepseek_v3": dict(n_routed_experts=E, moe_intermediate_size=I, scoring_func="sigmoid", topk_method="noaux_tc",
+                            n_group=r.n_group, topk_group=r.topk_group, norm_topk_prob=r.renormalize,
+                            routed_scaling_factor=r.routed_scaling_factor, first_k_dense_replace=1),
+        "qwen3_moe": dict(num_experts=E, moe_intermediate_size=I, norm_topk_prob=r.renormalize, hidden_act="silu",
+                          decoder_sparse_step=1, mlp_only_layers=[]),
+    }[model_type], **(dict(quantization_config=FP8_QUANTIZATION) if fp8 else {}))
+
+
+FP8_QUANTIZATION = dict(activation_scheme="dynamic", fmt="e4m3", quant_method="fp8", weight_block_size=[128, 128])
+
 LAYER = 1  # a layer above DeepSeek-V4's one hash layer of these specs
 
 
@@ -42,7 +62,7 @@ def _raw_mxfp4(g, E, N, K):
     return w, s
 
 
-def write_checkpoint(tmp_path, model_type, shards=2):
+def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
     """A model directory in the layout of model_type, and the weights it holds in moegen's order."""
     spec = model_from_dict(SPECS[model_type])
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
@@ -84,14 +104,14 @@ def write_checkpoint(tmp_path, model_type, shards=2):
             t[f"{p}.gate.bias"] = torch.randn(E, generator=g)
             t["layers.0.ffn.gate.tid2eid"] = torch.randint(0, E, (100, 2), generator=g, dtype=torch.int32)
     else:
-        fp8 = model_type == "deepseek_v3"
+        fp8 = model_type == "deepseek_v3" if fp8 is None else fp8
         w13f = torch.randn(E, 2 * I, H, generator=g) * 0.02
         w2f = torch.randn(E, H, I, generator=g) * 0.02
         p = f"model.layers.{LAYER}.mlp"
         for j in range(E):
             for name, w in (("gate_proj", w13f[j, :I]), ("up_proj", w13f[j, I:]), ("down_proj", w2f[j])):
                 key = f"{p}.experts.{j}.{name}"
-                if fp8:  # DeepSeek-V3: e4m3 values, one fp32 scale per 128 x 128 block
+                if fp8:  # e4m3 values, one fp32 scale per 128 x 128 block
                     rb, cb = -(-w.shape[0] // 128), -(-w.shape[1] // 128)
                     scale = torch.rand(rb, cb, generator=g) * 1e-3 + 1e-4
                     full = scale.repeat_interleave(128, 0)[:w.shape[0]].repeat_interleave(128, 1)[:, :w.shape[1]]
@@ -103,7 +123,7 @@ def write_checkpoint(tmp_path, model_type, shards=2):
                     w.copy_(w.to(torch.bfloat16).float())
         truth.update(w13f=w13f, w2f=w2f)
         t[f"{p}.gate.weight"] = torch.randn(E, H, generator=g).to(torch.bfloat16)
-        if fp8:
+        if model_type == "deepseek_v3":
             t[f"{p}.gate.e_score_correction_bias"] = torch.randn(E, generator=g)
     names = sorted(t)
     weight_map = {}
@@ -113,9 +133,7 @@ def write_checkpoint(tmp_path, model_type, shards=2):
         save_file(part, str(tmp_path / file))
         weight_map.update((n, file) for n in part)
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    experts_key, inter_key = CONFIG_FIELDS[model_type]
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, experts_key: E, "hidden_size": H,
-                                                      inter_key: I}))
+    (tmp_path / "config.json").write_text(json.dumps(config_json(model_type, spec, bool(fp8))))
     return spec, t, truth
 
 
@@ -168,6 +186,8 @@ def test_load_experts_prepares_and_returns_the_router(tmp_path, model_type):
     ref = prepare(spec, want["w13"], want["s13"], want["w2"], want["s2"], want.get("b13"), want.get("b2"))
     for got, exp in ((layer.experts.gemm1, ref.gemm1), (layer.experts.gemm2, ref.gemm2)):
         assert torch.equal(got.w, exp.w) and torch.equal(got.scales, exp.scales)
+        assert torch.equal(got.expert_scale, exp.expert_scale)
+        assert (got.bias is None) == (exp.bias is None) and (got.bias is None or torch.equal(got.bias, exp.bias))
     hidden = torch.randn(3, spec.hidden_size).to(torch.bfloat16)
     logits = layer.router_logits(hidden)
     assert logits.shape == (3, spec.num_experts) and logits.dtype == torch.float32
@@ -219,8 +239,128 @@ def test_bad_requests(tmp_path):
     with pytest.raises(CheckpointError, match="not a directory"):
         load_raw_experts(tmp_path / "nope", spec, LAYER)
     other = model_from_dict(dict(SPECS["qwen3_moe"], num_experts=16))
-    with pytest.raises(CheckpointError, match="field 'num_experts' = 8, but spec tiny-qwen expects 16"):
+    with pytest.raises(CheckpointError, match="field 'num_experts' = 8, but spec tiny-qwen has num_experts = 16"):
         load_raw_experts(tmp_path, other, LAYER)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(CheckpointError, match="model_type 'llama', expected one of gpt_oss"):
         load_raw_experts(tmp_path, spec, LAYER)
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "qwen3_moe"])
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_float_experts_in_either_release_format(tmp_path, model_type, fp8):
+    """DeepSeek-V3 and Qwen3 ship block-scaled FP8 and BF16 releases; config.json's quantization_config
+    says which, and both quantize to the same MXFP4 slices."""
+    spec, tensors, truth = write_checkpoint(tmp_path, model_type, fp8=fp8)
+    assert any(t.dtype == torch.float8_e4m3fn for t in tensors.values()) == fp8
+    raw, _ = load_raw_experts(tmp_path, spec, LAYER)
+    for name, value in expected_raw(spec, truth, 0).items():
+        assert torch.equal(getattr(raw, name), value), name
+
+
+def _edit_config(tmp_path, **changes):
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("model_type, changes, layer, message", [
+    # a layer the spec does not describe
+    ("qwen3_moe", dict(num_experts_per_tok=8), LAYER,
+     "config.json: field 'num_experts_per_tok' = 8, but spec tiny-qwen has router.top_k = 2"),
+    ("qwen3_moe", dict(norm_topk_prob=None), LAYER,  # transformers' default, false, where the field is absent
+     "field 'norm_topk_prob' = False, but spec tiny-qwen has router.renormalize = True"),
+    ("deepseek_v4", dict(routed_scaling_factor=2.5), LAYER,
+     "field 'routed_scaling_factor' = 2.5, but spec tiny-v4 has router.routed_scaling_factor = 1.5"),
+    ("deepseek_v4", dict(swiglu_limit=None), LAYER,
+     "field 'swiglu_limit' = None, but spec tiny-v4 has activation.limit = 10.0"),
+    ("gpt_oss", dict(swiglu_limit=8.0), LAYER, "field 'swiglu_limit' = 8.0, but spec tiny-oss has activation.limit = 7.0"),
+    ("deepseek_v3", dict(scoring_func="softmax"), LAYER, "field 'scoring_func' = 'softmax': expected one of 'sigmoid'"),
+    # a layer that is not one of the model's MoE layers
+    ("deepseek_v3", dict(), 0, "layer: 0 is a dense MLP, expected a MoE layer >= 1"),
+    ("qwen3_moe", dict(num_hidden_layers=1), LAYER, "layer: 1, expected 0..0"),
+    ("qwen3_moe", dict(mlp_only_layers=[1]), LAYER, "layer: 1 is a dense MLP"),
+    ("qwen3_moe", dict(decoder_sparse_step=4), LAYER, "'decoder_sparse_step' = 4), expected a MoE layer"),
+    # experts stored in a format moegen does not read
+    ("deepseek_v4", dict(expert_dtype="fp8"), LAYER, "field 'expert_dtype' = 'fp8', expected 'fp4'"),
+    ("qwen3_moe", dict(quantization_config=dict(quant_method="awq", bits=4)), LAYER,
+     "field 'quantization_config' = {'quant_method': 'awq', 'bits': 4}, expected none (bf16 experts) or quant_method 'fp8'"),
+    ("deepseek_v3", dict(quantization_config=dict(FP8_QUANTIZATION, weight_block_size=[64, 64])), LAYER,
+     "with weight_block_size [128, 128]"),
+])
+def test_a_config_that_describes_another_layer_is_refused(tmp_path, model_type, changes, layer, message):
+    spec, _, _ = write_checkpoint(tmp_path, model_type, shards=1)
+    _edit_config(tmp_path, **changes)
+    with pytest.raises(CheckpointError) as excinfo:
+        load_raw_experts(tmp_path, spec, layer)
+    assert message in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_an_architecture_fixed_field_that_differs_is_named(tmp_path):
+    spec, _, _ = write_checkpoint(tmp_path, "gpt_oss", shards=1)
+    other = model_from_dict(dict(SPECS["gpt_oss"], activation=dict(kind="swiglu_oai", alpha=1.0, limit=7.0)))
+    with pytest.raises(CheckpointError, match=r"activation.alpha = 1.702 \(the gpt_oss architecture's\), but spec "
+                                              r"tiny-oss has activation.alpha = 1.0"):
+        load_raw_experts(tmp_path, other, LAYER)
+
+
+def test_damaged_indexes_and_stale_copies_are_named(tmp_path):
+    spec, tensors, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=2)
+    index_path = tmp_path / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    name = f"model.layers.{LAYER}.mlp.experts.0.gate_proj.weight"
+    right = index["weight_map"][name]
+    index["weight_map"][name] = next(f for f in set(index["weight_map"].values()) if f != right)
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=f"no tensor '{name}', though the index places it in this file"):
+        load_raw_experts(tmp_path, spec, LAYER)
+    index["weight_map"][name] = f"sub/{right}"
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"weight_map\['model.layers.1.mlp.experts.0.gate_proj.weight'\] = "
+                                              r"'sub/model-0000.-of-00002.safetensors', expected the name of a file"):
+        load_raw_experts(tmp_path, spec, LAYER)
+    # no index: a stale copy of a tensor beside the checkpoint is refused, not silently preferred
+    index_path.unlink()
+    save_file({name: torch.zeros_like(tensors[name])}, str(tmp_path / "zzz-stale-copy.safetensors"))
+    with pytest.raises(CheckpointError, match=f"tensor '{name}' is in both model-0000.-of-00002.safetensors and "
+                                              "zzz-stale-copy.safetensors"):
+        load_raw_experts(tmp_path, spec, LAYER)
+
+
+def test_a_truncated_shard_is_a_one_line_error(tmp_path):
+    spec, _, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=1)
+    shard = next(tmp_path.glob("*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:-4096])
+    with pytest.raises(CheckpointError) as excinfo:
+        load_raw_experts(tmp_path, spec, LAYER)
+    assert str(shard) in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+PUBLISHED = {"deepseek-v4-flash": ("layers.3.ffn.experts.0.w1.weight", "I8 or U8"),
+             "deepseek-v3": ("model.layers.3.mlp.experts.0.gate_proj.weight", "F8_E4M3"),
+             "gpt-oss-120b": ("model.layers.3.mlp.experts.gate_up_proj_blocks", "U8"),
+             "gpt-oss-20b": ("model.layers.3.mlp.experts.gate_up_proj_blocks", "U8"),
+             "qwen3-30b-a3b": ("model.layers.3.mlp.experts.0.gate_proj.weight", "BF16")}
+
+
+@pytest.mark.parametrize("model", sorted(PUBLISHED))
+def test_published_configs_pass_the_checks_with_the_shipped_specs(tmp_path, model):
+    """The published config.json (tests/data/hf_configs) with the shipped spec, and a split of it: the
+    loader's checks pass and it goes on to read the experts in the release's format (none are here)."""
+    from pathlib import Path
+    from moegen.spec import load_model
+    config = Path(__file__).parent / "data" / "hf_configs" / f"{model}.json"
+    (tmp_path / "config.json").write_text(config.read_text())
+    save_file({"unrelated": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
+    first, dtypes = PUBLISHED[model]
+    for spec in (load_model(model), load_model(model).with_parallel(tp_size=2)):
+        with pytest.raises(CheckpointError, match=f"no tensor '{first}' \\(expected {dtypes} "):
+            load_raw_experts(tmp_path, spec, 3)
+    if model == "deepseek-v3":
+        with pytest.raises(CheckpointError, match="layer: 2 is a dense MLP, expected a MoE layer >= 3"):
+            load_raw_experts(tmp_path, load_model(model), 2)

@@ -11,11 +11,19 @@ Tokens reach the ranks that own their experts, and the results come back:
   host synchronization, static shapes: CUDA-graph capturable.
 * ``alltoall``: send each token only to the ranks that own one of its experts
   (``all_to_all_single``), run the experts there, send the partial sums back and add them per token
-  in rank order (deterministic).  Fewer bytes at large T; the split sizes cost one host sync.
+  in rank order.  Fewer bytes at large T; the split sizes cost one host sync.
 * TP: the TP ranks of an EP rank hold the same tokens and sum their partial outputs (all-reduce).
+
+Partial sums cross ranks in fp32 and are rounded to the input's dtype once, at the end.  All-to-all
+adds them in rank order at any T; all-gather's reduce-scatter and TP's all-reduce add in NCCL's
+order, which with three or more ranks may depend on the message size (so on T): with two ranks every
+mode gives the same bits.  An id outside [0, num_experts) adds nothing in either mode, as in
+MoeLayer.experts.
 
 The experts are any callable ``experts(hidden, topk_ids, topk_weights) -> out`` that computes this
 rank's share (MoeLayer.experts with the rank's prepared weights; the float64 reference in tests).
+Under TP, GEMM2's bias must be whole on TP rank 0 and zero on the others, or it is added tp_size
+times (moegen.checkpoint.load_experts prepares it so).
 """
 from __future__ import annotations
 
@@ -117,15 +125,19 @@ class DistributedMoe:
             return self.experts(hidden, ids, weights).to(_acc(hidden))
         T, H = hidden.shape
         dev = hidden.device
-        owner = ids.long() // spec.local_experts  # EP rank of each slot's expert (contiguous ranges)
-        to_rank = torch.zeros((T, g.ep_size), dtype=torch.bool, device=dev)
+        slot = ids.long()
+        # EP rank of each slot's expert (contiguous ranges); a slot whose id names no expert goes nowhere
+        owner = torch.where((slot >= 0) & (slot < spec.num_experts), slot // spec.local_experts, g.ep_size)
+        to_rank = torch.zeros((T, g.ep_size + 1), dtype=torch.bool, device=dev)
         to_rank.scatter_(1, owner, True)
-        # (rank, token) pairs in rank order: one copy of a token per rank that owns any of its experts
-        dest, token = torch.nonzero(to_rank.t(), as_tuple=True)
-        send_counts = torch.bincount(dest, minlength=g.ep_size)
+        to_rank = to_rank[:, :g.ep_size]
+        send_counts = to_rank.sum(0)
         recv_counts = torch.empty_like(send_counts)
         dist.all_to_all_single(recv_counts, send_counts, group=g.ep)
-        send, recv = send_counts.tolist(), recv_counts.tolist()  # the one host sync
+        counts = torch.cat((send_counts, recv_counts)).tolist()  # the one host sync
+        send, recv = counts[:g.ep_size], counts[g.ep_size:]
+        # (rank, token) pairs in rank order: one copy of a token per rank that owns any of its experts
+        token = torch.nonzero_static(to_rank.t(), size=sum(send))[:, 1]
         n_in = sum(recv)
         in_hidden = hidden.new_empty((n_in, H))
         in_ids = ids.new_empty((n_in, ids.shape[1]))

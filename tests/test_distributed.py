@@ -17,7 +17,7 @@ SPEC = model_from_dict({"name": "tiny", "num_experts": 8, "hidden_size": 64, "in
                         "router": {"kind": "topk_softmax", "top_k": 2},
                         "activation": {"kind": "swiglu_oai", "alpha": 1.702, "limit": 7.0},
                         "bias": {"gemm1": True, "gemm2": True}})
-CASES = ("random", "other_rank", "empty_rank", "one", "zero")
+CASES = ("random", "other_rank", "empty_rank", "one", "zero", "invalid_ids")
 
 
 def _weights(seed=5):
@@ -32,16 +32,25 @@ def _weights(seed=5):
 def _tokens(case, rank, ep_size, seed):
     """This rank's tokens, ids and weights for a case (the same on every call)."""
     g = torch.Generator().manual_seed(seed + 101 * rank)
-    T = {"random": 13, "other_rank": 5, "empty_rank": 0 if rank == 0 else 7, "one": 1, "zero": 0}[case]
+    T = {"random": 13, "other_rank": 5, "empty_rank": 0 if rank == 0 else 7, "one": 1, "zero": 0, "invalid_ids": 9}[case]
     hidden = torch.randn(T, SPEC.hidden_size, generator=g, dtype=torch.float64)
     ids = torch.stack([torch.randperm(SPEC.num_experts, generator=g)[:SPEC.top_k] for _ in range(T)]) if T else \
         torch.empty((0, SPEC.top_k), dtype=torch.int64)
     if case == "other_rank":  # every expert of this rank's tokens lives on the next EP rank
         local = SPEC.num_experts // ep_size
-        other = (rank // 1 + 1) % ep_size if ep_size > 1 else 0
+        other = (rank + 1) % ep_size if ep_size > 1 else 0
         ids = other * local + torch.stack([torch.randperm(local, generator=g)[:SPEC.top_k] for _ in range(T)])
+    if case == "invalid_ids":  # slots an engine masks (-1) or fills past the experts: they add nothing
+        ids[0::2, 0] = -1
+        ids[1::3, -1] = SPEC.num_experts
     weights = torch.rand((T, SPEC.top_k), generator=g, dtype=torch.float64)
     return hidden, ids, weights
+
+
+def _masked_moe(spec, hidden, ids, weights, *w):
+    """The float64 reference under MoeLayer.experts' contract: a slot whose id names no expert adds nothing."""
+    valid = (ids >= 0) & (ids < spec.num_experts)
+    return reference.moe(spec, hidden, torch.where(valid, ids, 0), torch.where(valid, weights, 0), *w)
 
 
 def _worker(rank, world, ep_size, tp_size, port, results):
@@ -53,7 +62,7 @@ def _worker(rank, world, ep_size, tp_size, port, results):
         w13, w2, b13, b2 = reference.shard_weights(SPEC, *_weights(), tp_size, groups.tp_rank, ep_size, groups.ep_rank)
 
         def experts(h, ids, w):
-            return reference.moe(spec, h, ids, w, w13, w2, b13, b2)
+            return _masked_moe(spec, h, ids, w, w13, w2, b13, b2)
 
         layer = DistributedMoe(spec, experts, groups)
         for case in CASES:
@@ -80,12 +89,57 @@ def test_split_layer_equals_the_whole_layer(ep_size, tp_size):
         mp.spawn(_worker, args=(world, ep_size, tp_size, _free_port(), results), nprocs=world)
         results = dict(results)
     w13, w2, b13, b2 = _weights()
+    assert len(results) == world * (2 * len(CASES) - 1)
     for (rank, case, mode), out in results.items():
         ep_rank = rank // tp_size
         hidden, ids, weights = _tokens(case, ep_rank, ep_size, seed=11)
-        want = reference.moe(SPEC, hidden, ids, weights, w13, w2, b13, b2)
+        want = _masked_moe(SPEC, hidden, ids, weights, w13, w2, b13, b2)
         assert out.shape == want.shape, (rank, case, mode)
         torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12, msg=f"rank {rank} {case} {mode}")
+
+
+def _bf16_worker(rank, world, ep_size, tp_size, port, results):
+    """The layer's dtypes: bf16 hidden states and outputs of each rank's experts, int32 ids, fp32 weights."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        groups = make_groups(ep_size, tp_size)
+        spec = rank_spec(SPEC, groups)
+        w = reference.shard_weights(SPEC, *_weights(), tp_size, groups.tp_rank, ep_size, groups.ep_rank)
+        layer = DistributedMoe(spec, lambda h, i, wt: _masked_moe(spec, h, i, wt, *w).to(torch.bfloat16), groups)
+        hidden, ids, weights = _tokens("random", groups.ep_rank, ep_size, seed=23)
+        for mode in ("allgather", "alltoall"):
+            results[(rank, mode)] = layer(hidden.to(torch.bfloat16), ids.to(torch.int32), weights.float(), mode=mode)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("ep_size, tp_size", [(2, 1), (1, 2), (2, 2)])
+def test_partial_sums_cross_ranks_in_fp32_and_round_once(ep_size, tp_size):
+    """Each rank's bf16 partials are added in fp32 (EP ranks, then TP ranks) and rounded to bf16 once:
+    the same bits as that sum taken here, in either mode."""
+    world = ep_size * tp_size
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_bf16_worker, args=(world, ep_size, tp_size, _free_port(), results), nprocs=world)
+        results = dict(results)
+    assert len(results) == 2 * world
+    full = _weights()
+    for (rank, mode), out in results.items():
+        hidden, ids, weights = _tokens("random", rank // tp_size, ep_size, seed=23)
+        x, ids, weights = hidden.to(torch.bfloat16).double(), ids.to(torch.int32), weights.float().double()
+        per_tp = []
+        for t in range(tp_size):
+            total = None
+            for e in range(ep_size):
+                spec = SPEC.with_parallel(tp_size=tp_size, ep_size=ep_size, ep_rank=e)
+                w = reference.shard_weights(SPEC, *full, tp_size, t, ep_size, e)
+                part = _masked_moe(spec, x, ids, weights, *w).to(torch.bfloat16).float()
+                total = part if total is None else total + part
+            per_tp.append(total)
+        want = per_tp[0] if tp_size == 1 else per_tp[0] + per_tp[1]
+        assert out.dtype == torch.bfloat16, (rank, mode)
+        assert torch.equal(out, want.to(torch.bfloat16)), f"rank {rank} {mode}"
 
 
 def test_rank_spec_and_bad_modes():

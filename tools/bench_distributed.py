@@ -25,13 +25,16 @@ from moegen.testing import random_inputs, random_weights
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 
-def median_ms(fn, reps=20):
+def median_ms(fn, reps=20, collective=True):
+    """collective: fn runs on every rank, which start each repetition together (a barrier); a
+    one-rank timing must not call it, or the ranks' collectives pair up out of order and hang."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        dist.barrier()
+        if collective:
+            dist.barrier()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -43,9 +46,10 @@ def median_ms(fn, reps=20):
 
 def main():
     model, tokens, out = sys.argv[1], [int(t) for t in sys.argv[2].split(",")], sys.argv[3]
-    dist.init_process_group("nccl")
+    local = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun's, right on every node
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=local)
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(rank % torch.cuda.device_count())
     full = load_model(model)
     groups = make_groups(world, 1)
     spec = rank_spec(full, groups)
@@ -68,8 +72,9 @@ def main():
             row[mode] = median_ms(lambda: moe(x.hidden, ids, wts, mode=mode)) * 1e3
             row[f"{mode}_comm"] = median_ms(lambda: comm_only(x.hidden, ids, wts, mode=mode)) * 1e3
         if single is not None:  # one GPU with every expert, the same T (per rank) of tokens
-            row["single"] = median_ms(lambda: single.experts(x.hidden, ids, wts, w.prepared), reps=20) * 1e3
+            row["single"] = median_ms(lambda: single.experts(x.hidden, ids, wts, w.prepared), collective=False) * 1e3
         rows.append(row)
+        dist.barrier()  # every rank's next T starts after rank 0's one-GPU column
     if rank == 0:
         print(f"| T per rank | 1 GPU µs | EP{world} all-gather µs (comm %) | EP{world} all-to-all µs (comm %) |")
         print("|---|---|---|---|")

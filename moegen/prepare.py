@@ -262,8 +262,10 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
 
     w13 [E_local, 2*I_local, H/2], w13_scales [E_local, 2*I_local, H/32], w2 [E_local, H, I_local/2],
     w2_scales [E_local, H, I_local/32]; b13 [E_local, 2*I_local] and b2 [E_local, H] float, iff the
-    spec has GEMM biases.  ``gate_up_order`` names the checkpoint's W1|W3 row order; ``layout`` the
-    prepared layout (MoeLayer.prepare passes the one its library reads).
+    spec has GEMM biases.  Under TP, b13 is the rank's slice and b2 is whole on TP rank 0 and zero on
+    the others: the ranks' outputs are summed, so a whole b2 everywhere would be added tp_size times
+    (moegen.checkpoint.load_experts passes it so).  ``gate_up_order`` names the checkpoint's W1|W3 row
+    order; ``layout`` the prepared layout (MoeLayer.prepare passes the one its library reads).
     """
     if not isinstance(spec, ModelSpec):
         raise ValueError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")

@@ -2,15 +2,16 @@
 both exchange modes, and the share of time in communication (the same exchanges with the experts
 replaced by a copy).  Launch with torchrun; rank 0 prints a markdown table and writes JSON.
 
-    torchrun --nproc-per-node 2 tools/bench_distributed.py qwen3-30b-a3b 1,16,256,1024,4096,16384 out.json
+    torchrun --nproc-per-node 2 tools/bench_distributed.py qwen3-30b-a3b 1,16,256,1024,4096,16384 out.json [OUT]
 
-Each rank needs its build: moegen build --model M --arch sm90 --ep-size N --ep-rank R (and the
-unsplit one on rank 0 for the single-GPU column).
+Each rank needs its build under OUT (default: moegen's, generated/): moegen build --model M --arch sm90
+--ep-size N --ep-rank R (and the unsplit one on rank 0 for the single-GPU column).
 """
 import json
 import os
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,7 @@ def median_ms(fn, reps=20, collective=True):
 
 def main():
     model, tokens, out = sys.argv[1], [int(t) for t in sys.argv[2].split(",")], sys.argv[3]
+    root = Path(sys.argv[4]) if len(sys.argv) > 4 else DEFAULT_OUT
     local = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun's, right on every node
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=local)
@@ -53,7 +55,7 @@ def main():
     full = load_model(model)
     groups = make_groups(world, 1)
     spec = rank_spec(full, groups)
-    layer = load(DEFAULT_OUT / spec.variant / "sm90", spec=spec)
+    layer = load(root / spec.variant / "sm90", spec=spec)
     w = random_weights(full, "cuda", 0)
     e0, e1 = spec.expert_begin, spec.expert_begin + spec.local_experts
     mine = prepare(spec, w.w13[e0:e1].contiguous(), w.s13[e0:e1].contiguous(), w.w2[e0:e1].contiguous(),
@@ -61,7 +63,7 @@ def main():
                    None if w.b2 is None else w.b2[e0:e1].contiguous())
     moe = DistributedMoe(spec, lambda h, i, wt: layer.experts(h, i, wt, mine), groups)
     comm_only = DistributedMoe(spec, lambda h, i, wt: h.to(torch.bfloat16).new_zeros(h.shape), groups)
-    single = load(DEFAULT_OUT / full.variant / "sm90", spec=full) if rank == 0 else None
+    single = load(root / full.variant / "sm90", spec=full) if rank == 0 else None
     rows = []
     for T in tokens:
         x = random_inputs(full, T, "cuda", 10 + rank)

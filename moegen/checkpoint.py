@@ -160,6 +160,13 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
 
+def _padded(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """t zero-padded along dim to size: the columns a TP split pads (ModelSpec.tp_slice; zero codes, and
+    zero scale bytes, which prepare stores as zero multipliers)."""
+    missing = size - t.shape[dim]
+    return t if missing == 0 else torch.cat((t, t.new_zeros(*t.shape[:dim], missing, *t.shape[dim + 1:])), dim)
+
+
 def _described_layer(path: Path, config: dict, spec: ModelSpec, model_type: str) -> None:
     """The layer config.json describes must be the spec's (sizes, router, activation, biases): a spec
     that differs would load cleanly and compute another layer."""
@@ -234,7 +241,7 @@ def _fp8_experts(path: Path, config: dict, model_type: str) -> bool:
 def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> tuple[RawExperts, dict]:
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
     e0, e1 = spec.expert_begin, spec.expert_begin + spec.local_experts
-    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
     p = f"model.layers.{layer}.mlp"
     # gate/up rows interleaved: columns c0:c1 are rows 2 c0 .. 2 c1, contiguous
     rows = slice(2 * c0, 2 * c1)
@@ -245,13 +252,14 @@ def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: boo
     w2 = ck.slice(f"{p}.experts.down_proj_blocks", (E, H, I // 32, 16), ("U8",), (slice(e0, e1), slice(None), k))
     s2 = ck.slice(f"{p}.experts.down_proj_scales", (E, H, I // 32), ("U8",), (slice(e0, e1), slice(None), k))
     b2 = ck.slice(f"{p}.experts.down_proj_bias", (E, H), ("BF16", "F32"), (slice(e0, e1),)).float()
-    El, Il = e1 - e0, c1 - c0
+    El = e1 - e0
 
-    def deinterleave(x):  # gate, up, gate, up, ... -> gate rows then up rows
-        return torch.cat((x[:, 0::2], x[:, 1::2]), dim=1)
+    def deinterleave(x):  # gate, up, gate, up, ... -> gate rows then up rows, each padded to Il
+        return torch.cat((_padded(x[:, 0::2], 1, Il), _padded(x[:, 1::2], 1, Il)), dim=1)
 
-    raw = RawExperts(deinterleave(w13.reshape(El, 2 * Il, H // 2)), deinterleave(s13),
-                     w2.reshape(El, H, Il // 2).contiguous(), s2.contiguous(), deinterleave(b13.float()),
+    raw = RawExperts(deinterleave(w13.reshape(El, 2 * (c1 - c0), H // 2)), deinterleave(s13),
+                     _padded(w2.reshape(El, H, (c1 - c0) // 2), 2, Il // 2).contiguous(),
+                     _padded(s2, 2, Il // 32).contiguous(), deinterleave(b13.float()),
                      b2 if tp_rank == 0 else torch.zeros_like(b2))
     router = dict(router_weight=ck.slice(f"{p}.router.weight", (E, H), ("BF16", "F32")),
                   router_bias=ck.slice(f"{p}.router.bias", (E,), ("BF16", "F32")))
@@ -260,7 +268,7 @@ def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: boo
 
 def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> tuple[RawExperts, dict]:
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
-    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
     p = f"layers.{layer}.ffn"
     w13, s13, w2, s2 = [], [], [], []
     for j in range(spec.expert_begin, spec.expert_begin + spec.local_experts):
@@ -270,12 +278,12 @@ def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8:
                                             (slice(c0, c1),))),
                             _bytes(ck.slice(f"{p}.experts.{j}.{proj}.scale", (I, H // 32), ("F8_E8M0", "U8"),
                                             (slice(c0, c1),)))))
-        w13.append(torch.cat([g[0] for g in gate_up]))
-        s13.append(torch.cat([g[1] for g in gate_up]))
-        w2.append(_bytes(ck.slice(f"{p}.experts.{j}.w2.weight", (H, I // 2), ("I8", "U8"),
-                                  (slice(None), slice(c0 // 2, c1 // 2)))))
-        s2.append(_bytes(ck.slice(f"{p}.experts.{j}.w2.scale", (H, I // 32), ("F8_E8M0", "U8"),
-                                  (slice(None), slice(c0 // 32, c1 // 32)))))
+        w13.append(torch.cat([_padded(g[0], 0, Il) for g in gate_up]))
+        s13.append(torch.cat([_padded(g[1], 0, Il) for g in gate_up]))
+        w2.append(_padded(_bytes(ck.slice(f"{p}.experts.{j}.w2.weight", (H, I // 2), ("I8", "U8"),
+                                          (slice(None), slice(c0 // 2, c1 // 2)))), 1, Il // 2))
+        s2.append(_padded(_bytes(ck.slice(f"{p}.experts.{j}.w2.scale", (H, I // 32), ("F8_E8M0", "U8"),
+                                          (slice(None), slice(c0 // 32, c1 // 32)))), 1, Il // 32))
     raw = RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
     router = dict(router_weight=ck.slice(f"{p}.gate.weight", (E, H), ("BF16", "F32")))
     if layer < spec.router.hash_layers:
@@ -302,7 +310,7 @@ def _dequant_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, r0: int, c0: in
 
 def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool) -> RawExperts:
     H, I = spec.hidden_size, spec.intermediate_size
-    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
+    (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
     p = f"model.layers.{layer}.mlp.experts"
     dtypes = ("F8_E4M3",) if fp8 else ("BF16", "F16", "F32")
 
@@ -322,12 +330,11 @@ def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp
         gate = read(f"{p}.{j}.gate_proj", (I, H), slice(c0, c1), slice(None))
         up = read(f"{p}.{j}.up_proj", (I, H), slice(c0, c1), slice(None))
         down = read(f"{p}.{j}.down_proj", (H, I), slice(None), slice(c0, c1))
-        q13, sc13 = quantize(torch.cat((gate, up)))
-        q2, sc2 = quantize(down)
-        w13.append(q13)
-        s13.append(sc13)
-        w2.append(q2)
-        s2.append(sc2)
+        (qg, sg), (qu, su), (q2, sc2) = quantize(gate), quantize(up), quantize(down)
+        w13.append(torch.cat((_padded(qg, 0, Il), _padded(qu, 0, Il))))
+        s13.append(torch.cat((_padded(sg, 0, Il), _padded(su, 0, Il))))
+        w2.append(_padded(q2, 1, Il // 2))
+        s2.append(_padded(sc2, 1, Il // 32))
     return RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
 
 

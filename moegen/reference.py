@@ -222,23 +222,26 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
 
 def shard_weights(spec_full: ModelSpec, w13: Tensor, w2: Tensor, b13: Tensor | None, b2: Tensor | None,
                   tp_size: int, tp_rank: int, ep_size: int, ep_rank: int):
-    """One rank's (w13, w2, b13, b2) from full-model weights; use with spec_full.with_parallel(...)."""
+    """One rank's (w13, w2, b13, b2) from full-model weights; use with spec_full.with_parallel(...).  A TP
+    rank's slice ends in zero columns where the split pads the intermediate size (ModelSpec.tp_slice)."""
     E, I, H = spec_full.num_experts, spec_full.intermediate_size, spec_full.hidden_size
-    spec_full.with_parallel(tp_size=tp_size, ep_size=ep_size, ep_rank=ep_rank)  # validates the split
-    if not 0 <= tp_rank < tp_size:
-        raise ValueError(f"tp_rank: expected a value in [0, {tp_size}), got {tp_rank}")
+    spec = spec_full.with_parallel(tp_size=tp_size, ep_size=ep_size, ep_rank=ep_rank)  # validates the split
+    c0, c1 = spec.tp_slice(tp_rank)
+    pad = spec.local_intermediate - (c1 - c0)
     _check_shape("w13", w13, (E, 2 * I, H))
     _check_shape("w2", w2, (E, H, I))
     _check_optional("b13", b13, spec_full.gemm1_bias, (E, 2 * I), "gemm1 bias")
     _check_optional("b2", b2, spec_full.gemm2_bias, (E, H), "gemm2 bias")
 
     experts = slice(ep_rank * E // ep_size, (ep_rank + 1) * E // ep_size)
-    c0, c1 = tp_rank * I // tp_size, (tp_rank + 1) * I // tp_size
-    rows = torch.cat((torch.arange(c0, c1), torch.arange(I + c0, I + c1)))  # gate columns, then up
 
-    w13_rank = w13[experts][:, rows.to(w13.device)].contiguous()
-    w2_rank = w2[experts, :, c0:c1].contiguous()
-    b13_rank = None if b13 is None else b13[experts][:, rows.to(b13.device)].contiguous()
+    def columns(t: Tensor, dim: int, offset: int) -> Tensor:  # columns c0:c1 (+ offset) of dim, zero-padded
+        part = t[experts].narrow(dim, offset + c0, c1 - c0)
+        return torch.cat((part, part.new_zeros(*part.shape[:dim], pad, *part.shape[dim + 1:])), dim)
+
+    w13_rank = torch.cat((columns(w13, 1, 0), columns(w13, 1, I)), 1).contiguous()  # gate columns, then up
+    w2_rank = columns(w2, 2, 0).contiguous()
+    b13_rank = None if b13 is None else torch.cat((columns(b13, 1, 0), columns(b13, 1, I)), 1).contiguous()
     b2_rank = None
     if b2 is not None:  # added once across TP ranks: whole on rank 0, zero elsewhere
         b2_rank = b2[experts].clone() if tp_rank == 0 else torch.zeros_like(b2[experts])

@@ -135,7 +135,18 @@ class ModelSpec:
 
     @property
     def local_intermediate(self) -> int:
-        return self.intermediate_size // self.parallel.tp_size
+        """Intermediate columns per TP rank: whole 32-wide MX groups (a scale group of GEMM2's K never
+        straddles two ranks), so where intermediate_size / tp_size is not a multiple of 32 the last
+        columns of the last ranks are zero padding (tp_slice), as other engines pad gpt-oss at TP 4 and 8."""
+        return -(-self.intermediate_size // (self.parallel.tp_size * MX_GROUP)) * MX_GROUP
+
+    def tp_slice(self, tp_rank: int) -> tuple[int, int]:
+        """The columns [c0, c1) of intermediate_size that TP rank tp_rank holds; its local_intermediate
+        - (c1 - c0) columns after them are zero (weights, scales and biases)."""
+        if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < self.parallel.tp_size:
+            raise ValueError(f"tp_rank: {shown(tp_rank)}, expected 0..{self.parallel.tp_size - 1} (the spec's tp_size)")
+        c0 = tp_rank * self.local_intermediate
+        return c0, min(c0 + self.local_intermediate, self.intermediate_size)
 
     @property
     def top_k(self) -> int:
@@ -328,12 +339,12 @@ def _validate_model(s: ModelSpec, source: str) -> None:
         _fail(source, "parallel.ep_size", p.ep_size, f"a divisor of num_experts ({s.num_experts})")
     if not p.ep_rank < p.ep_size:
         _fail(source, "parallel.ep_rank", p.ep_rank, f"less than ep_size ({p.ep_size})")
-    if s.intermediate_size % p.tp_size:
-        _fail(source, "parallel.tp_size", p.tp_size, f"a divisor of intermediate_size ({s.intermediate_size})")
-    if (s.intermediate_size // p.tp_size) % MX_GROUP:
+    if s.intermediate_size % MX_GROUP:
+        _fail(source, "intermediate_size", s.intermediate_size, f"a multiple of {MX_GROUP} (MXFP4 scale group along K)")
+    if (p.tp_size - 1) * s.local_intermediate >= s.intermediate_size:  # ranks take whole 32-groups
         _fail(source, "parallel.tp_size", p.tp_size,
-              f"a split leaving a multiple of {MX_GROUP} intermediate columns per rank "
-              f"({s.intermediate_size}/{p.tp_size} = {s.intermediate_size / p.tp_size:g})")
+              f"a split leaving every rank some of the {s.intermediate_size // MX_GROUP} groups of {MX_GROUP} "
+              f"intermediate columns (at {s.local_intermediate} columns per rank the last rank would hold none)")
 
 
 # --- files ---------------------------------------------------------------------------------

@@ -16,17 +16,18 @@ from moegen.spec import model_from_dict
 SEED = 7
 
 SPECS = {
-    "gpt_oss": dict(name="tiny-oss", num_experts=8, hidden_size=64, intermediate_size=64,
+    # I = 96: TP 2 pads each rank to two 32-groups (the second rank's last is zero), TP 3 splits exactly
+    "gpt_oss": dict(name="tiny-oss", num_experts=8, hidden_size=64, intermediate_size=96,
                     router=dict(kind="topk_softmax", top_k=2),
                     activation=dict(kind="swiglu_oai", alpha=1.702, limit=7.0), bias=dict(gemm1=True, gemm2=True)),
-    "deepseek_v4": dict(name="tiny-v4", num_experts=8, hidden_size=64, intermediate_size=64,
+    "deepseek_v4": dict(name="tiny-v4", num_experts=8, hidden_size=64, intermediate_size=96,
                         router=dict(kind="sqrtsoftplus_topk", top_k=2, score_bias=True, routed_scaling_factor=1.5,
                                     hash_layers=1), activation=dict(kind="swiglu", limit=10.0)),
     # I = 192: one and a half 128-blocks, and TP2 splits a block
     "deepseek_v3": dict(name="tiny-v3", num_experts=8, hidden_size=256, intermediate_size=192,
                         router=dict(kind="sigmoid_group_topk", top_k=2, n_group=2, topk_group=1,
                                     group_score="top2_sum", score_bias=True), activation=dict(kind="swiglu")),
-    "qwen3_moe": dict(name="tiny-qwen", num_experts=8, hidden_size=64, intermediate_size=64,
+    "qwen3_moe": dict(name="tiny-qwen", num_experts=8, hidden_size=64, intermediate_size=96,
                       router=dict(kind="softmax_topk", top_k=2), activation=dict(kind="swiglu")),
 }
 
@@ -140,21 +141,31 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
 def expected_raw(spec, truth, tp_rank):
     """This rank's experts sliced from the full weights, independently of the loader."""
     I, e0, e1 = spec.intermediate_size, spec.expert_begin, spec.expert_begin + spec.local_experts
-    c0, c1 = tp_rank * spec.local_intermediate, (tp_rank + 1) * spec.local_intermediate
-    rows = torch.cat((torch.arange(c0, c1), torch.arange(I + c0, I + c1)))
+    Il = spec.local_intermediate
+    c0 = tp_rank * Il  # this rank's columns: c0 .. c0 + Il, those past I zero
+    pad = max(0, c0 + Il - I)
+    c1 = c0 + Il - pad
+
+    def padded(t, dim, n):
+        return torch.cat((t, t.new_zeros(*t.shape[:dim], n, *t.shape[dim + 1:])), dim)
+
+    def gate_up(t):  # [E, 2I, ...] -> the rank's gate rows, padded, then its up rows, padded
+        return torch.cat((padded(t[e0:e1, c0:c1], 1, pad), padded(t[e0:e1, I + c0:I + c1], 1, pad)), 1)
+
     if "w13" in truth:
-        out = dict(w13=truth["w13"][e0:e1][:, rows], s13=truth["s13"][e0:e1][:, rows],
-                   w2=truth["w2"][e0:e1, :, c0 // 2:c1 // 2], s2=truth["s2"][e0:e1, :, c0 // 32:c1 // 32])
+        out = dict(w13=gate_up(truth["w13"]), s13=gate_up(truth["s13"]),
+                   w2=padded(truth["w2"][e0:e1, :, c0 // 2:c1 // 2], 2, pad // 2),
+                   s2=padded(truth["s2"][e0:e1, :, c0 // 32:c1 // 32], 2, pad // 32))
         if "b13" in truth:
-            out.update(b13=truth["b13"][e0:e1][:, rows],
+            out.update(b13=gate_up(truth["b13"]),
                        b2=truth["b2"][e0:e1] if tp_rank == 0 else torch.zeros_like(truth["b2"][e0:e1]))
         return out
-    q13, s13 = quantize(truth["w13f"][e0:e1][:, rows])
+    q13, s13 = quantize(truth["w13f"])
     q2, s2 = quantize(truth["w2f"][e0:e1, :, c0:c1])
-    return dict(w13=q13, s13=s13, w2=q2, s2=s2)
+    return dict(w13=gate_up(q13), s13=gate_up(s13), w2=padded(q2, 2, pad // 2), s2=padded(s2, 2, pad // 32))
 
 
-SPLITS = [dict(), dict(ep_size=2, ep_rank=1), dict(tp_size=2), dict(tp_size=2, ep_size=4, ep_rank=3)]
+SPLITS = [dict(), dict(ep_size=2, ep_rank=1), dict(tp_size=2), dict(tp_size=3), dict(tp_size=2, ep_size=4, ep_rank=3)]
 
 
 @pytest.mark.parametrize("split", SPLITS, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()) or "full")
@@ -212,9 +223,9 @@ def test_deepseek_v4_hash_layer_returns_its_table(tmp_path):
 
 @pytest.mark.parametrize("damage, message", [
     (lambda t: t.pop("model.layers.1.mlp.experts.3.up_proj.weight"),
-     "no tensor 'model.layers.1.mlp.experts.3.up_proj.weight' (expected BF16 or F16 or F32 (64, 64))"),
+     "no tensor 'model.layers.1.mlp.experts.3.up_proj.weight' (expected BF16 or F16 or F32 (96, 64))"),
     (lambda t: t.__setitem__("model.layers.1.mlp.experts.0.down_proj.weight", torch.zeros(64, 32, dtype=torch.bfloat16)),
-     "tensor 'model.layers.1.mlp.experts.0.down_proj.weight' is BF16 (64, 32), expected BF16 or F16 or F32 (64, 64)"),
+     "tensor 'model.layers.1.mlp.experts.0.down_proj.weight' is BF16 (64, 32), expected BF16 or F16 or F32 (64, 96)"),
     (lambda t: t.__setitem__("model.layers.1.mlp.gate.weight", torch.zeros(8, 64, dtype=torch.int32)),
      "tensor 'model.layers.1.mlp.gate.weight' is I32 (8, 64), expected BF16 or F32 (8, 64)"),
 ])

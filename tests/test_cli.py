@@ -77,11 +77,11 @@ def test_build_unknown_arch_is_a_usage_error(runner, no_compiler, tmp_path):
 
 
 def test_build_bad_tp(runner, no_compiler, tmp_path):
-    result = runner.invoke(cli.main, ["build", "--model", "deepseek-v4-flash", "--arch", "sm90", "--tp", "3",
+    result = runner.invoke(cli.main, ["build", "--model", "deepseek-v4-flash", "--arch", "sm90", "--tp", "48",
                                       "--out", str(tmp_path)])
     assert result.exit_code != 0
-    assert "field 'parallel.tp_size' = 3" in result.output
-    assert "a divisor of intermediate_size (2048)" in result.output
+    assert "field 'parallel.tp_size' = 48" in result.output
+    assert "the last rank would hold none" in result.output
     assert not any(tmp_path.iterdir())
 
 

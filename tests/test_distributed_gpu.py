@@ -50,14 +50,21 @@ def _load(spec):
 
 
 def _rank_weights(full, spec, w, groups):
-    """This rank's prepared experts from the full model's raw MXFP4 weights (EP range, TP columns)."""
+    """This rank's prepared experts from the full model's raw MXFP4 weights (EP range, TP columns, zero
+    past the intermediate size where the split pads it)."""
     e0, e1 = spec.expert_begin, spec.expert_begin + spec.local_experts
     I, Il = full.intermediate_size, spec.local_intermediate
-    c0 = groups.tp_rank * Il
-    rows = torch.cat((torch.arange(c0, c0 + Il), torch.arange(I + c0, I + c0 + Il))).to(w.w13.device)
-    w13, s13 = w.w13[e0:e1][:, rows], w.s13[e0:e1][:, rows]
-    w2, s2 = w.w2[e0:e1, :, c0 // 2:(c0 + Il) // 2], w.s2[e0:e1, :, c0 // 32:(c0 + Il) // 32]
-    return prepare(spec, w13.contiguous(), s13.contiguous(), w2.contiguous(), s2.contiguous())
+    c0, c1 = spec.tp_slice(groups.tp_rank)
+
+    def padded(t, dim, n):
+        return torch.cat((t, t.new_zeros(*t.shape[:dim], n - t.shape[dim], *t.shape[dim + 1:])), dim)
+
+    def gate_up(t):
+        return torch.cat((padded(t[e0:e1, c0:c1], 1, Il), padded(t[e0:e1, I + c0:I + c1], 1, Il)), 1).contiguous()
+
+    w2 = padded(w.w2[e0:e1, :, c0 // 2:c1 // 2], 2, Il // 2).contiguous()
+    s2 = padded(w.s2[e0:e1, :, c0 // 32:c1 // 32], 2, Il // 32).contiguous()
+    return prepare(spec, gate_up(w.w13), gate_up(w.s13), w2, s2)
 
 
 def _worker(rank, world, ep_size, tp_size, port, results):

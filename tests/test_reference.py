@@ -315,11 +315,12 @@ def test_expert_parallel_sum_equals_full(spec, ep_size):
 
 
 @pytest.mark.parametrize("spec", [SWIGLU_TINY, OAI_TINY], ids=lambda s: s.activation.kind)
-@pytest.mark.parametrize("tp_size,ep_size", [(2, 1), (4, 1), (2, 2)])
-def test_tensor_parallel_sum_equals_full(spec, tp_size, ep_size):
+# (I = 96, TP 2) and (160, 3): the last rank's 32-group slice is padded with a zero group
+@pytest.mark.parametrize("tp_size,ep_size,intermediate", [(2, 1, 128), (4, 1, 128), (2, 2, 128), (2, 1, 96), (3, 2, 160)])
+def test_tensor_parallel_sum_equals_full(spec, tp_size, ep_size, intermediate):
     spec = tiny_spec({"kind": spec.router.kind, "top_k": 2},
                      {"kind": spec.activation.kind, "limit": spec.activation.limit, "alpha": spec.activation.alpha},
-                     bias=spec.gemm1_bias, intermediate_size=128)
+                     bias=spec.gemm1_bias, intermediate_size=intermediate)
     hidden, ids, weights, w13, w2, b13, b2 = random_layer(spec, T=16)
     full = moe(spec, hidden, ids, weights, w13, w2, b13, b2)
     total = torch.zeros_like(full)
@@ -343,6 +344,15 @@ def test_shard_weights_slices():
     assert torch.equal(shard_weights(spec, w13, w2, b13, b2, 2, 0, 2, 1)[3], b2[4:])
     _, _, _, w13, w2, _, _ = random_layer(SWIGLU_TINY, T=1)
     assert shard_weights(SWIGLU_TINY, w13, w2, None, None, 2, 0, 1, 0)[2:] == (None, None)
+    padded = tiny_spec({"kind": "topk_softmax", "top_k": 2}, {"kind": "swiglu_oai", "alpha": 1.702, "limit": 7.0},
+                       bias=True, intermediate_size=96)  # TP 2: 64 columns each, rank 1's last 32 zero
+    _, _, _, w13, w2, b13, b2 = random_layer(padded, T=1)
+    s13, s2, sb13, _ = shard_weights(padded, w13, w2, b13, b2, tp_size=2, tp_rank=1, ep_size=1, ep_rank=0)
+    zeros13 = torch.zeros(8, 32, 64, dtype=torch.float64)
+    assert torch.equal(s13, torch.cat((w13[:, 64:96], zeros13, w13[:, 160:192], zeros13), dim=1))
+    assert torch.equal(s2, torch.cat((w2[:, :, 64:96], torch.zeros(8, 64, 32, dtype=torch.float64)), dim=2))
+    assert torch.equal(sb13, torch.cat((b13[:, 64:96], torch.zeros(8, 32, dtype=torch.float64),
+                                        b13[:, 160:192], torch.zeros(8, 32, dtype=torch.float64)), dim=1))
 
 
 def test_shard_weights_errors():

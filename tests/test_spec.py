@@ -176,11 +176,10 @@ BAD_MODELS = [
     ("hidden-not-multiple-of-32", TINY, {"hidden_size": 100}, "hidden_size", "100", "a multiple of 32"),
     ("intermediate-not-multiple-of-32", TINY, {"intermediate_size": 144}, "intermediate_size", "144",
      "a multiple of 32"),
-    ("tp-not-dividing", TINY, {"parallel.tp_size": 3}, "parallel.tp_size", "3",
-     "a divisor of intermediate_size (128)"),
-    # gpt-oss: 2880 / 4 = 720 = 22.5 scale groups of 32.
-    ("tp-leaves-partial-group", dict(TINY, hidden_size=2880, intermediate_size=2880), {"parallel.tp_size": 4},
-     "parallel.tp_size", "4", "multiple of 32 intermediate columns per rank (2880/4 = 720)"),
+    # 128 = four 32-groups: three ranks take two each, and the third would hold none
+    ("tp-leaves-a-rank-nothing", TINY, {"parallel.tp_size": 3}, "parallel.tp_size", "3",
+     "a split leaving every rank some of the 4 groups of 32 intermediate columns (at 64 columns per rank the "
+     "last rank would hold none)"),
     ("ep-not-dividing", TINY, {"parallel.ep_size": 3}, "parallel.ep_size", "3", "a divisor of num_experts (8)"),
     ("ep-rank-too-large", TINY, {"parallel.ep_size": 2, "parallel.ep_rank": 2}, "parallel.ep_rank", "2",
      "less than ep_size (2)"),
@@ -364,9 +363,8 @@ def test_with_parallel_tp_and_ep():
 
 
 @pytest.mark.parametrize("model, kwargs, field, value_repr, expected", [
-    ("gpt-oss-20b", dict(tp_size=4), "parallel.tp_size", "4", "(2880/4 = 720)"),
-    ("gpt-oss-20b", dict(tp_size=7), "parallel.tp_size", "7", "a divisor of intermediate_size (2880)"),
-    ("deepseek-v4-flash", dict(tp_size=3), "parallel.tp_size", "3", "a divisor of intermediate_size (2048)"),
+    ("gpt-oss-20b", dict(tp_size=46), "parallel.tp_size", "46", "(at 64 columns per rank the last rank would hold none)"),
+    ("deepseek-v4-flash", dict(tp_size=48), "parallel.tp_size", "48", "some of the 64 groups of 32 intermediate columns"),
     ("qwen3-30b-a3b", dict(ep_size=3), "parallel.ep_size", "3", "a divisor of num_experts (128)"),
     ("qwen3-30b-a3b", dict(ep_size=4, ep_rank=4), "parallel.ep_rank", "4", "less than ep_size (4)"),
     ("qwen3-30b-a3b", dict(ep_rank=1), "parallel.ep_rank", "1", "less than ep_size (1)"),
@@ -379,9 +377,18 @@ def test_with_parallel_validates_overrides(model, kwargs, field, value_repr, exp
     assert "(parallel split)" in str(excinfo.value)
 
 
-def test_gpt_oss_tp_splits_that_keep_whole_scale_groups():
+def test_tp_splits_take_whole_scale_groups_and_pad_the_last_ranks():
+    """gpt-oss's 2880 = 90 groups of 32: TP 4 and 8 (as engines deploy it) pad the last rank's columns."""
     s = load_model("gpt-oss-120b")
-    assert [t for t in (1, 2, 3, 4, 5, 6, 8, 9) if _ok(lambda: s.with_parallel(tp_size=t))] == [1, 2, 3, 5, 6, 9]
+    for tp, local, last in ((1, 2880, (0, 2880)), (2, 1440, (1440, 2880)), (4, 736, (2208, 2880)),
+                            (8, 384, (2688, 2880)), (3, 960, (1920, 2880))):
+        split = s.with_parallel(tp_size=tp)
+        assert split.local_intermediate == local and split.tp_slice(tp - 1) == last
+        assert [split.tp_slice(r)[1] - split.tp_slice(r)[0] for r in range(tp - 1)] == [local] * (tp - 1)
+    assert [t for t in range(40, 50) if _ok(lambda: s.with_parallel(tp_size=t))] == [45]  # 90 = 45 x 2 groups
+    assert load_model("deepseek-v4-flash").with_parallel(tp_size=8).local_intermediate == 256  # exact splits stay exact
+    with pytest.raises(ValueError, match="tp_rank: 4, expected 0..3"):
+        s.with_parallel(tp_size=4).tp_slice(4)
 
 
 def _ok(fn):

@@ -6,6 +6,9 @@
 #       after a failing candidate never fires on a healthy GPU; the tune must finish), and the GPU
 #       layer tests of one BF16 variant (their libraries relink: the generator's source changed)
 #   V   round v: W4A8 batch invariance on every variant, the timing tests, the two overridden buckets
+#   P   (added 2026-12-05) a padded TP split: `moegen check` of gpt-oss-120b --tp 4 (736 intermediate
+#       columns per rank, GEMM2's K padded to whole tiles; built with `moegen build --model gpt-oss-120b
+#       --tp 4 --arch sm90 --out generated/_gputest --objects generated/.objects`)
 # Stage: bash lab/stage_carry.sh generated/_gputest generated/_exp/mid
 set -uo pipefail
 source lab/device_env.sh || exit 1
@@ -29,6 +32,11 @@ for part in "$@"; do
     tail -2 $D/GL.txt ;;
   V)
     OUT=$D bash lab/round_20261204_v.sh G R || rc=1 ;;
+  P)
+    ln -sfn _exp/mid/.objects generated/.objects
+    timeout -k 5 200 python3 -m moegen check --model gpt-oss-120b --tp 4 --out generated/_gputest \
+      --tokens 0,1,5,300,1030,4100 > $D/check-tp4.txt 2>&1 || rc=1
+    tail -2 $D/check-tp4.txt ;;
   *) echo "unknown part $part"; rc=1 ;;
   esac
 done

@@ -6,12 +6,17 @@ least once (paired in rotation with the other GEMM's kernels), the dispatch tabl
 skewed routing (every token on the same experts), the experts-only entry point, and a CUDA-graph
 replay that must equal the eager call bitwise.  Pass: no NaN (every element written) and relative
 L2 error within moegen.testing.tolerance of the float64 reference in the library's activation format
-(BF16 5e-3; MXFP8 3e-2; W4A8 1e-2, wider below 16 output rows, where one row's error is a few
-flipped e4m3 steps of `h`).
+(BF16 5e-3; W4A8 and MXFP8 1e-2, wider below 16 output rows, where one row's error is a few flipped
+e4m3 steps of `h`).
+
+On a GPU the kernels have not run on, a failure must say where it happened: a call that raises (a CUDA
+error, after which the context is unusable) ends the check with the kernels and T it ran; a call still
+running after a minute is reported while it runs.  `only` restricts the pairs to the named kernels.
 """
 from __future__ import annotations
 
 import random
+import threading
 from typing import Callable
 
 import torch
@@ -20,16 +25,32 @@ from .runtime import MoeLayer
 from .testing import random_inputs, random_weights, reference_output, relative_l2, tolerance
 
 
+STILL_RUNNING_SECONDS = 60.0
+
+
+class _Stopped(Exception):
+    pass
+
+
 def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
-                  log: Callable[[str], None] = print) -> bool:
+                  log: Callable[[str], None] = print, only: list[str] | None = None) -> bool:
     seed = random.randrange(1 << 30) if seed is None else seed
     spec, fmt = layer.spec, layer.manifest.activation_format
+    names = [k.name for k in layer.kernels]
+    unknown = [n for n in only or () if n not in names]
+    if unknown:
+        raise ValueError(f"--kernels: {unknown[0]} is not in this library (it has {', '.join(names)})")
     log(f"moegen check: {layer.manifest.variant} ({layer.manifest.arch}, {fmt} activations, {len(layer.kernels)} "
         f"kernels) on {layer.gpu.name}, seed {seed}, tolerance {tolerance(fmt, 1 << 30)}"
         + (f" ({tolerance(fmt, 1):.1e} for one row)" if tolerance(fmt, 1) != tolerance(fmt, 1 << 30) else ""))
     w = random_weights(spec, "cuda", seed, layer.weight_layout)
-    g1 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm1"]
-    g2 = [i for i, k in enumerate(layer.kernels) if k.gemm == "gemm2"]
+
+    def kernels_of(gemm: str) -> list[int]:
+        mine = [i for i, k in enumerate(layer.kernels) if k.gemm == gemm]
+        chosen = [i for i in mine if names[i] in (only or ())]
+        return chosen or mine  # a GEMM none of whose kernels is named runs all of them
+
+    g1, g2 = kernels_of("gemm1"), kernels_of("gemm2")
     pairs = [(g1[i % len(g1)], g2[i % len(g2)]) for i in range(max(len(g1), len(g2)))]
     failures = 0
 
@@ -39,32 +60,64 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
         shown = "no output rows" if err is None else f"rel L2 {err:.2e}"
         log(f"{'PASS' if ok else 'FAIL'}  T={T:<6d} {what}: {shown}")
 
-    for T in tokens:
-        for skew in (False, True) if T > 0 else (False,):
-            x = random_inputs(spec, T, "cuda", seed + 1000 * T + skew, skew=skew)
-            for kernels in ([*pairs, layer.choose_kernels(T)] if not skew else [layer.choose_kernels(T)]):
-                res = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels, poison=True)
-                torch.cuda.synchronize()
-                name = f"{layer.kernels[kernels[0]].name} + {layer.kernels[kernels[1]].name}" + (" skewed" if skew else "")
-                if T == 0:
-                    report(name, T, None, res.out.shape == (0, spec.hidden_size))
-                    continue
-                err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids, fmt))
-                report(name, T, err, not torch.isnan(res.out).any().item() and err <= tolerance(fmt, T))
-        if T == 0:
-            continue
-        x = random_inputs(spec, T, "cuda", seed + 7 + T)
-        fused = layer(x.hidden, x.logits, w.prepared, x.score_bias)
-        experts = layer.experts(x.hidden, fused.topk_ids, fused.topk_weights, w.prepared, poison=True)
-        torch.cuda.synchronize()
-        report("experts-only entry point on the router's choice", T,
-               relative_l2(experts, reference_output(spec, w, x, fused.topk_ids, fmt)), torch.equal(experts, fused.out))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            replayed = layer(x.hidden, x.logits, w.prepared, x.score_bias)
-        graph.replay()
-        torch.cuda.synchronize()
-        report("CUDA-graph replay equals the eager call bitwise", T, None if T == 0 else 0.0,
-               torch.equal(replayed.out, fused.out))
+    def run(what: str, T: int, fn):
+        """fn() and a device synchronization, reported if it raises or is still running after a minute."""
+        watchdog = threading.Timer(STILL_RUNNING_SECONDS, log, args=(
+            f"still running after {STILL_RUNNING_SECONDS:.0f} s: T={T} {what} (a hang? Ctrl-C stops the check)",))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            result = fn()
+            torch.cuda.synchronize()
+            return result
+        except RuntimeError as e:
+            report(what, T, None, False)
+            log(f"moegen check: stopped at T={T} {what}: {' '.join(str(e).split())} (a CUDA error leaves the "
+                f"context unusable; `moegen check --kernels` runs chosen kernels alone) (seed {seed})")
+            raise _Stopped from None
+        finally:
+            watchdog.cancel()
+
+    def pair_name(kernels: tuple[int, int]) -> str:
+        return f"{names[kernels[0]]} + {names[kernels[1]]}"
+
+    try:
+        for T in tokens:
+            for skew in (False, True) if T > 0 else (False,):
+                x = random_inputs(spec, T, "cuda", seed + 1000 * T + skew, skew=skew)
+                table = layer.choose_kernels(T)
+                runs = ([*pairs, table] if not only else pairs) if not skew else [table if not only else pairs[0]]
+                for kernels in runs:
+                    name = pair_name(kernels) + (" skewed" if skew else "")
+                    res = run(name, T, lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels,
+                                                     poison=True))
+                    if T == 0:
+                        report(name, T, None, res.out.shape == (0, spec.hidden_size))
+                        continue
+                    err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids, fmt))
+                    report(name, T, err, not torch.isnan(res.out).any().item() and err <= tolerance(fmt, T))
+            if T == 0:
+                continue
+            x = random_inputs(spec, T, "cuda", seed + 7 + T)
+            kernels = pairs[0] if only else layer.choose_kernels(T)
+            what = f"experts-only entry point on the router's choice ({pair_name(kernels)})"
+            fused = run(what, T, lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels))
+            experts = run(what, T, lambda: layer.experts(x.hidden, fused.topk_ids, fused.topk_weights, w.prepared,
+                                                         kernels=kernels, poison=True))
+            report(what, T, relative_l2(experts, reference_output(spec, w, x, fused.topk_ids, fmt)),
+                   torch.equal(experts, fused.out))
+            what = f"CUDA-graph replay equals the eager call bitwise ({pair_name(kernels)})"
+
+            def replay():
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    replayed = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)
+                graph.replay()
+                return replayed
+
+            replayed = run(what, T, replay)
+            report(what, T, 0.0, torch.equal(replayed.out, fused.out))
+    except _Stopped:
+        return False
     log(f"moegen check: {'all passed' if not failures else f'{failures} FAILED'} (seed {seed})")
     return failures == 0

@@ -313,17 +313,23 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
 @_with_split
 @click.option("--tokens", default="0,1,7,33,300,2048", show_default=True, help="comma-separated token counts")
 @click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None, help="random seed (default: drawn and printed)")
+@click.option("--kernels", "kernel_names", default=None,
+              help="comma-separated kernel names: run only pairs of these (a GEMM none of whose kernels is named "
+                   "runs all of its own), to isolate a failing kernel")
 @_out_option
 @_one_line_errors
-def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, out_root) -> None:
+def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, kernel_names, out_root) -> None:
     """Run every kernel of the built library against the float64 reference on this GPU."""
     from .artifact import output_dir
     from .check import check_library
     from .runtime import load
     token_list = _int_list("--tokens", tokens)
+    only = [n.strip() for n in kernel_names.split(",") if n.strip()] if kernel_names is not None else None
+    if only is not None and not only:
+        raise click.BadParameter("expected comma-separated kernel names", param_hint="--kernels")
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     layer = load(output_dir(spec, arch, out_root), spec=spec)
-    if not check_library(layer, token_list, seed=seed, log=click.echo):
+    if not check_library(layer, token_list, seed=seed, log=click.echo, only=only):
         sys.exit(1)
 
 

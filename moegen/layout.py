@@ -25,6 +25,7 @@ class WeightLayout:
     atom_bytes: int
     atom_scale_bytes: int
     k_pad: int = 0
+    w_alignment: int = 16  # bytes, of the values tensor's base address (the bulk copies' requirement)
 
     def padded(self, n: int, k: int) -> tuple[int, int]:
         k_pad = self.k_pad or self.atom_k
@@ -59,6 +60,8 @@ class BlockScaledLayout:
     name: str
     row_pad: int
     k_pad: int
+    # the FP4 tensor-map format (CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B) takes 32-byte-aligned addresses
+    w_alignment: int = 32
 
     def padded(self, n: int, k: int) -> tuple[int, int]:
         return -(-n // self.row_pad) * self.row_pad, -(-k // self.k_pad) * self.k_pad

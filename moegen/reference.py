@@ -181,8 +181,9 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
     """This rank's share of the MoE output, float64 [T, H]; slots routed to other EP ranks add nothing.
 
     activation_format "mxfp8": the GEMMs' activations are quantized as the SM100 layer quantizes them
-    (the hidden states before GEMM1, the SwiGLU output before GEMM2: moegen.mxfp8), then the
-    arithmetic is exact; "fp8": the same two, per row to e4m3 with an fp32 scale (W4A8: moegen.fp8),
+    (the hidden states before GEMM1, the SwiGLU output before GEMM2: moegen.mxfp8), and each GEMM's
+    output is rounded to bf16 before its bias, as the layer stores it (sm100/pipeline.cuh); the
+    arithmetic is otherwise exact; "fp8": the same two, per row to e4m3 with an fp32 scale (W4A8: moegen.fp8),
     the SwiGLU output first rounded to bf16 as the SM90 GEMM1 writes it (pass the folded weights,
     FoldedMXFP4Experts, to match its kernels); "bf16": the hidden states as given."""
     if activation_format not in ACTIVATION_FORMATS:
@@ -202,6 +203,8 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
     f64 = dict(dtype=torch.float64, device=hidden.device)
     quantized = {"bf16": lambda t: t, "mxfp8": round_trip_mxfp8, "fp8": round_trip_per_token}[activation_format]
     quantized_h = (lambda t: round_trip_per_token(t.to(torch.bfloat16))) if activation_format == "fp8" else quantized
+    # SM100 stores both GEMMs' outputs in bf16 (its bias and routing weight come after, in fp32)
+    stored = (lambda t: t.to(torch.bfloat16).to(torch.float64)) if activation_format == "mxfp8" else (lambda t: t)
     x_all, weights = quantized(hidden).to(**f64), weights.to(**f64)
     ids = ids.to(device=hidden.device, dtype=torch.int64)
     out = torch.zeros(T, H, **f64)
@@ -209,11 +212,11 @@ def moe(spec: ModelSpec, hidden: Tensor, ids: Tensor, weights: Tensor, w13: Tens
         tokens, slots = torch.nonzero(ids == spec.expert_begin + e, as_tuple=True)
         if tokens.numel() == 0:
             continue
-        gu = x_all[tokens] @ w13[e].to(**f64).T
+        gu = stored(x_all[tokens] @ w13[e].to(**f64).T)
         if b13 is not None:
             gu = gu + b13[e].to(**f64)
         h = activation(spec, gu[:, :I], gu[:, I:])
-        y = quantized_h(h).to(**f64) @ w2[e].to(**f64).T
+        y = stored(quantized_h(h).to(**f64) @ w2[e].to(**f64).T)
         if b2 is not None:
             y = y + b2[e].to(**f64)
         out.index_add_(0, tokens, y * weights[tokens, slots].unsqueeze(1))

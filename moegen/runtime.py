@@ -55,7 +55,7 @@ def _fail(what: str, got, expected: str):
     raise ValueError(f"{what}: {got}, expected {expected}")
 
 
-def _check_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device | None) -> None:
+def _check_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device | None, alignment: int = 16) -> None:
     if not isinstance(t, torch.Tensor):
         _fail(name, type(t).__name__, "a torch.Tensor")
     if t.dtype not in dtypes:
@@ -66,8 +66,8 @@ def _check_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.devic
         _fail(name, f"on {t.device}", f"{device} (the device of hidden_states)")
     if not t.is_contiguous():
         _fail(name, "not contiguous", "a contiguous tensor (call .contiguous())")
-    if t.numel() and t.data_ptr() % 16:
-        _fail(name, f"data pointer {t.data_ptr():#x}", "16-byte alignment (vector loads need it)")
+    if t.numel() and t.data_ptr() % alignment:
+        _fail(name, f"data pointer {t.data_ptr():#x}", f"{alignment}-byte alignment (the kernels' loads need it)")
 
 
 def _check_hidden(s: _LayerShape, hidden) -> torch.device:
@@ -87,7 +87,7 @@ def _check_weights(s: _LayerShape, dev: torch.device, w13, w13_scales, w13_exper
             ("gemm1", (w13, w13_scales, w13_expert_scale, b13), 2 * s.intermediate, s.hidden, s.bias13),
             ("gemm2", (w2, w2_scales, w2_expert_scale, b2), s.hidden, s.intermediate, s.bias2)):
         shapes = layout.shapes(s.local_experts, n, k)
-        _check_tensor(f"weights.{gname}.w", w, shapes["w"], (torch.uint8,), dev)
+        _check_tensor(f"weights.{gname}.w", w, shapes["w"], (torch.uint8,), dev, layout.w_alignment)
         _check_tensor(f"weights.{gname}.scales", scales, shapes["scales"], (torch.uint8,), dev)
         _check_tensor(f"weights.{gname}.expert_scale", escale, shapes["expert_scale"], (torch.float32,), dev)
         if has_bias:

@@ -282,3 +282,8 @@ def test_outputs_that_cannot_be_written_fail_before_the_work(runner, tmp_path):
 def test_no_arguments_print_the_help(runner):
     result = runner.invoke(cli.main, [])
     assert result.exit_code == 2 and "Usage:" in result.output and "Commands:" in result.output and "Traceback" not in result.output
+
+
+def test_check_kernels_must_name_some(runner, tmp_path):
+    result = runner.invoke(cli.main, ["check", "--model", "qwen3-30b-a3b", "--kernels", " , ", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--kernels" in result.output and "expected comma-separated kernel names" in result.output

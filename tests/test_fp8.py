@@ -234,4 +234,5 @@ def test_w4a8_tolerance_widens_below_16_rows_only():
     assert tolerance("fp8", 1) == pytest.approx(4 * TOLERANCE["fp8"])
     assert tolerance("fp8", 4) == pytest.approx(2 * TOLERANCE["fp8"])
     assert [tolerance("fp8", r) for r in range(1, 17)] == sorted((tolerance("fp8", r) for r in range(1, 17)), reverse=True)
-    assert tolerance("bf16", 1) == TOLERANCE["bf16"] and tolerance("mxfp8", 1) == TOLERANCE["mxfp8"]
+    assert tolerance("bf16", 1) == TOLERANCE["bf16"]
+    assert tolerance("mxfp8", 1) == pytest.approx(4 * TOLERANCE["mxfp8"]) and tolerance("mxfp8", 16) == TOLERANCE["mxfp8"]

@@ -388,3 +388,51 @@ def test_moe_shape_errors():
     rank_spec = spec.with_parallel(tp_size=2, ep_size=2, ep_rank=0)
     with pytest.raises(ValueError, match=r"w13: expected shape \(4, 64, 64\)"):
         moe(rank_spec, hidden, ids, weights, w13, w2, b13, b2)
+
+
+def _sm100_layer_in_fp32(spec, hidden, ids, weights, w13, w2, b13, b2):
+    """The SM100 layer's arithmetic as sm100/pipeline.cuh orders it, with fp32 accumulation: MXFP8 hidden
+    rows, GEMM1 stored in bf16, bias and SwiGLU in fp32, MXFP8 `h`, GEMM2 stored in bf16, routing weight
+    and bias in fp32, the sum rounded to bf16."""
+    from moegen.mxfp8 import round_trip_mxfp8
+    I = spec.intermediate_size
+    x = round_trip_mxfp8(hidden).float()
+    out = torch.zeros(hidden.shape[0], spec.hidden_size)
+    for e in range(spec.num_experts):
+        tokens, slots = torch.nonzero(ids == e, as_tuple=True)
+        gu = (x[tokens] @ w13[e].float().T).to(torch.bfloat16).float()
+        if b13 is not None:
+            gu = gu + b13[e].float()
+        h = round_trip_mxfp8(activation(spec, gu[:, :I], gu[:, I:])).float()
+        y = (h @ w2[e].float().T).to(torch.bfloat16).float()
+        if b2 is not None:
+            y = y + b2[e].float()
+        out.index_add_(0, tokens, y * weights[tokens, slots].float().unsqueeze(1))
+    return out.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_mxfp8_reference_is_the_sm100_layers_arithmetic(bias):
+    """Against a float32 emulation of the SM100 layer the mxfp8 reference leaves only accumulation
+    rounding: well inside moegen.testing's MXFP8 bound at one token, where a bound is tightest."""
+    from moegen.mxfp4 import dequantize, quantize
+    from moegen.testing import TOLERANCE, relative_l2
+    spec = tiny_spec({"kind": "topk_softmax", "top_k": 2},
+                     {"kind": "swiglu_oai", "alpha": 1.702, "limit": 7.0} if bias else {"kind": "swiglu"},
+                     bias=bias, hidden_size=512, intermediate_size=256)
+    worst = 0.0
+    for seed in range(12):
+        g = torch.Generator().manual_seed(seed)
+        E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
+        w13 = dequantize(*quantize(torch.randn(E, 2 * I, H, generator=g) * H ** -0.5)).double()
+        w2 = dequantize(*quantize(torch.randn(E, H, I, generator=g) * I ** -0.5)).double()
+        b13 = torch.randn(E, 2 * I, generator=g, dtype=torch.float64) * 0.1 if bias else None
+        b2 = torch.randn(E, H, generator=g, dtype=torch.float64) * 0.1 if bias else None
+        T = 1 + seed % 3
+        hidden = torch.randn(T, H, generator=g).to(torch.bfloat16).double()
+        ids = torch.stack([torch.randperm(E, generator=g)[:2] for _ in range(T)])
+        weights = torch.rand(T, 2, generator=g, dtype=torch.float64)
+        ref = moe(spec, hidden, ids, weights, w13, w2, b13, b2, activation_format="mxfp8")
+        worst = max(worst, relative_l2(_sm100_layer_in_fp32(spec, hidden, ids, weights, w13, w2, b13, b2), ref))
+    print(f"fp32 emulation against the mxfp8 reference: worst relative L2 {worst:.2e}")
+    assert worst < TOLERANCE["mxfp8"] / 2

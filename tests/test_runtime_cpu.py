@@ -63,3 +63,26 @@ def test_a_benchmarking_switch_in_the_environment_is_warned_about(tmp_path, monk
         with pytest.raises(runtime.LoadError):
             runtime.load(tmp_path)
     assert runtime.benchmark_switches() == {name: value}
+
+
+@pytest.mark.parametrize("layout, alignment", [("sm90_e2m1_atom64", 16), ("sm100_e2m1_sf128x4", 32)])
+def test_weights_are_checked_at_their_layouts_alignment(layout, alignment):
+    """SM100's FP4 tensor maps take 32-byte-aligned addresses; SM90's bulk copies 16."""
+    from moegen.layout import get_layout
+    from moegen.runtime import _check_weights, _LayerShape
+    s = _LayerShape(num_experts=2, local_experts=2, top_k=1, hidden=128, intermediate=128, score_bias=False,
+                    bias13=False, bias2=False, layout=layout)
+    lay, cpu = get_layout(layout), torch.device("cpu")
+
+    def gemm(n, k, offset=0):
+        shapes = lay.shapes(2, n, k)
+        size = torch.Size(shapes["w"]).numel()
+        w = torch.zeros(size + 64, dtype=torch.uint8)[offset:offset + size].view(shapes["w"])
+        return (w, torch.zeros(shapes["scales"], dtype=torch.uint8), torch.ones(2), None)
+
+    base = torch.zeros(1, dtype=torch.uint8).data_ptr() % 64  # allocations are aligned further; offsets count
+    assert base == 0
+    _check_weights(s, cpu, *gemm(256, 128), *gemm(128, 128))
+    _check_weights(s, cpu, *gemm(256, 128, alignment), *gemm(128, 128))
+    with pytest.raises(ValueError, match=f"weights.gemm1.w: data pointer .*, expected {alignment}-byte alignment"):
+        _check_weights(s, cpu, *gemm(256, 128, alignment // 2), *gemm(128, 128))

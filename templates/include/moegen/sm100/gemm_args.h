@@ -26,7 +26,21 @@ struct GroupedGemmArgs {
   size_t scratch_bytes;
 };
 
+// A launch returns a cudaError_t (0: launched), or, for a failure on the host before CUTLASS's kernel
+// ran, -(1000 * step + the cutlass::Status of that step, 0 for the scratch check): the layer names both
+// (a CUTLASS failure is not a kernel fault, and reads as one under a CUDA error's name).
 typedef int (*GemmLaunch)(const GroupedGemmArgs* args, cudaStream_t stream);
+enum GemmLaunchStep : int { kStepScratch = 1, kStepCanImplement = 2, kStepInitialize = 3, kStepRun = 4 };
+constexpr int launch_failure(GemmLaunchStep step, int status) { return -(1000 * int(step) + status); }
+inline const char* launch_step_name(int rc) {
+  switch (-rc / 1000) {
+    case kStepScratch: return "its device arguments and workspace exceed the scratch (scratch_bytes_bound)";
+    case kStepCanImplement: return "CUTLASS's can_implement refused the problem";
+    case kStepInitialize: return "CUTLASS's initialize (tensor maps, workspace, shared-memory attribute) failed";
+    case kStepRun: return "CUTLASS's run (the launch) failed";
+    default: return "an unknown step failed";
+  }
+}
 
 // Scratch a GEMM of this many groups needs, at most (the unit checks the exact figure at launch):
 // per group its shape, six pointers, four strides and two scale layouts, and CUTLASS's workspace,

@@ -135,9 +135,6 @@ int launch_grouped_gemm(const GroupedGemmArgs& a, cudaStream_t stream) {
   take(arr.shapes), take(arr.a), take(arr.sa), take(arr.b), take(arr.sb), take(arr.sfa), take(arr.lsfa),
       take(arr.sfb), take(arr.lsfb), take(arr.d), take(arr.sd), take(arr.sc);
   off = (off + 255) / 256 * 256;
-  fill_group_args<G><<<(a.groups + 127) / 128, 128, 0, stream>>>(a, arr);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return int(e);
 
   typename Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
@@ -152,11 +149,18 @@ int launch_grouped_gemm(const GroupedGemmArgs& a, cudaStream_t stream) {
   cudaGetDevice(&args.hw_info.device_id);
   args.hw_info.sm_count = sm_count();
   const size_t workspace = Gemm::get_workspace_size(args);
-  if (off + workspace > a.scratch_bytes) return int(cudaErrorInvalidValue);  // scratch_bytes_bound too small
+  // before anything is written into scratch
+  if (off + workspace > a.scratch_bytes) return launch_failure(kStepScratch, 0);
+  fill_group_args<G><<<(a.groups + 127) / 128, 128, 0, stream>>>(a, arr);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return int(e);
   Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return int(cudaErrorNotSupported);
-  if (gemm.initialize(args, base + off, stream) != cutlass::Status::kSuccess) return int(cudaErrorLaunchFailure);
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return int(cudaErrorLaunchFailure);
+  cutlass::Status status = gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess) return launch_failure(kStepCanImplement, int(status));
+  status = gemm.initialize(args, base + off, stream);
+  if (status != cutlass::Status::kSuccess) return launch_failure(kStepInitialize, int(status));
+  status = gemm.run(stream);
+  if (status != cutlass::Status::kSuccess) return launch_failure(kStepRun, int(status));
   return int(cudaGetLastError());
 }
 

@@ -5,6 +5,8 @@
 // The quantizers and finalize are arch-neutral (quantize.cuh, finalize.cuh); the GEMMs are the GEMM
 // units' `<name>_launch` (sm100/gemm_args.h).
 #pragma once
+#include <cutlass/cutlass.h>  // cutlass::Status and its names, for a launch's host-side failure
+
 #include "moegen/activation.cuh"
 #include "moegen/finalize.cuh"
 #include "moegen/layer.cuh"
@@ -88,6 +90,10 @@ struct Pipeline {
     const sm100::GroupedGemmArgs a{P::kLocalExperts, n_out, k, weights, weights_bytes, weight_sf, sf_bytes, tokens,
                                    token_sf, ws.routing.offsets, ws.sf_rows, out, scratch, kScratchBytes};
     const int rc = reinterpret_cast<sm100::GemmLaunch>(kernel.launch)(&a, stream);
+    if (rc < 0 && -rc % 1000 == 0) return fail(rc, "%s: %s", kernel.name, sm100::launch_step_name(rc));
+    if (rc < 0)
+      return fail(rc, "%s: %s (%s)", kernel.name, sm100::launch_step_name(rc),
+                  cutlassGetStatusString(cutlass::Status(-rc % 1000)));
     return rc ? fail(rc, "%s: %s", kernel.name, cudaGetErrorString(cudaError_t(rc))) : 0;
   }
 

@@ -1,0 +1,84 @@
+"""`moegen check`'s control flow on the CPU, around a stand-in layer: a call that raises ends the check
+naming its kernels and T, --kernels restricts the pairs, and a name not in the library is an error.
+(The kernels themselves are checked on a GPU: tests/test_gpu_layer.py.)"""
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from moegen import check
+from moegen.spec import load_model
+
+KERNELS = [SimpleNamespace(name=n, gemm=n.split("_")[2]) for n in
+           ("moegen_sm90_gemm1_a", "moegen_sm90_gemm1_b", "moegen_sm90_gemm2_c", "moegen_sm90_gemm2_d")]
+
+
+class StandIn:
+    """Returns the reference's own output (so every run passes), or raises for one kernel."""
+
+    def __init__(self, failing: str | None = None, first_call_seconds: float = 0.0):
+        self.spec = load_model("qwen3-30b-a3b")
+        self.manifest = SimpleNamespace(activation_format="bf16", variant="qwen3-30b-a3b", arch="sm90")
+        self.gpu, self.weight_layout, self.kernels = SimpleNamespace(name="stand-in"), "sm90_e2m1_atom64", KERNELS
+        self.failing, self.first_call_seconds, self.calls = failing, first_call_seconds, []
+
+    def choose_kernels(self, T):
+        return (0, 2)
+
+    def __call__(self, hidden, logits, weights, score_bias, kernels=(0, 2), poison=False):
+        if not self.calls:
+            time.sleep(self.first_call_seconds)
+        self.calls.append(tuple(self.kernels[k].name for k in kernels))
+        if self.failing in self.calls[-1]:
+            raise RuntimeError("moegen (libmoegen-x.so): gemm1: an illegal memory access was encountered")
+        ids = torch.zeros((hidden.shape[0], self.spec.top_k), dtype=torch.int64)
+        return SimpleNamespace(out=torch.zeros(hidden.shape[0], self.spec.hidden_size), topk_ids=ids,
+                               topk_weights=torch.ones(ids.shape))
+
+    def experts(self, hidden, ids, weights, prepared, kernels=None, poison=False):
+        return self(hidden, None, None, None, kernels=kernels).out
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    monkeypatch.setattr(check, "random_weights", lambda *a, **k: SimpleNamespace(prepared=None))
+    monkeypatch.setattr(check, "random_inputs", lambda spec, T, dev, seed, skew=False: SimpleNamespace(
+        hidden=torch.zeros(T, spec.hidden_size), logits=None, score_bias=None))
+    monkeypatch.setattr(check, "reference_output", lambda spec, w, x, ids, fmt: torch.zeros(x.hidden.shape[0],
+                                                                                          spec.hidden_size))
+    monkeypatch.setattr(check.torch.cuda, "synchronize", lambda: None)
+
+    class NoGraph:
+        def replay(self):
+            pass
+    monkeypatch.setattr(check.torch.cuda, "CUDAGraph", NoGraph)
+    monkeypatch.setattr(check.torch.cuda, "graph", lambda g: __import__("contextlib").nullcontext())
+
+
+def test_a_call_that_raises_ends_the_check_naming_where(on_cpu):
+    lines = []
+    assert not check.check_library(StandIn(failing="moegen_sm90_gemm1_b"), [0, 5], seed=1, log=lines.append)
+    assert lines[-2].startswith("FAIL  T=0      moegen_sm90_gemm1_b + moegen_sm90_gemm2_d")
+    assert "stopped at T=0 moegen_sm90_gemm1_b + moegen_sm90_gemm2_d: moegen (libmoegen-x.so): gemm1: an illegal" \
+        in lines[-1] and "(seed 1)" in lines[-1]
+
+
+def test_kernels_restricts_the_pairs(on_cpu):
+    layer, lines = StandIn(), []
+    assert check.check_library(layer, [0, 3], seed=1, log=lines.append, only=["moegen_sm90_gemm1_b"])
+    assert set(layer.calls) == {("moegen_sm90_gemm1_b", "moegen_sm90_gemm2_c"), ("moegen_sm90_gemm1_b", "moegen_sm90_gemm2_d")}
+    assert lines[-1] == "moegen check: all passed (seed 1)"
+    everything = StandIn()
+    assert check.check_library(everything, [3], seed=1, log=lambda m: None)
+    assert {c[0] for c in everything.calls} == {"moegen_sm90_gemm1_a", "moegen_sm90_gemm1_b"}
+    with pytest.raises(ValueError, match="--kernels: moegen_sm90_gemm1_z is not in this library"):
+        check.check_library(StandIn(), [1], only=["moegen_sm90_gemm1_z"])
+
+
+def test_a_call_still_running_is_reported(on_cpu, monkeypatch):
+    monkeypatch.setattr(check, "STILL_RUNNING_SECONDS", 0.05)
+    lines = []
+    assert check.check_library(StandIn(first_call_seconds=0.5), [0], seed=1, log=lines.append)
+    assert any(line.startswith("still running after 0 s: T=0 moegen_sm90_gemm1_a + moegen_sm90_gemm2_c") for line in lines)
+    assert sum(line.startswith("still running") for line in lines) == 1  # only the slow call

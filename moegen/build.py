@@ -575,7 +575,8 @@ def clean(root: Path, log: Callable[[str], None] = print) -> int:
     store = root / OBJECT_STORE
     if not store.is_dir():
         raise BuildError(f"{store}: no object store (expected the output root of `moegen build`, e.g. generated)")
-    with directory_lock(store, log, waiting="another `moegen clean` of {path} to finish", name=STORE_GATE_NAME), \
+    with directory_lock(store, log, waiting="another `moegen clean` of {path} (or a starting build)",
+                        name=STORE_GATE_NAME), \
             directory_lock(store, log, waiting="running builds using {path} to finish", name=STORE_LOCK_NAME):
         keep, skipped = set(), []
         for manifest in root.rglob(MANIFEST_NAME):

@@ -104,8 +104,9 @@ class Checkpoint:
             for path in singles:
                 for name in self._open(path).keys():
                     if name in self.files:  # a stale copy beside the checkpoint: which one is meant is unknowable
-                        raise CheckpointError(f"{self.dir}: tensor {name!r} is in both {self.files[name].name} and "
-                                              f"{path.name} (expected each tensor in one file, or an index naming it)")
+                        raise CheckpointError(f"{self.dir}: tensor {shown(name)} is in both {shown(self.files[name].name)} "
+                                              f"and {shown(path.name)} (expected each tensor in one file, or an index "
+                                              "naming it)")
                     self.files[name] = path
 
     def config(self) -> dict:
@@ -161,8 +162,9 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _padded(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
-    """t zero-padded along dim to size: the columns a TP split pads (ModelSpec.tp_slice; zero codes, and
-    zero scale bytes, which prepare stores as zero multipliers)."""
+    """t zero-padded along dim to size: the columns a TP split pads (ModelSpec.tp_slice).  Zero codes
+    make the padded values zero whatever their scale; zero scale bytes leave prepare's per-expert shift,
+    which follows the largest scale, unchanged."""
     missing = size - t.shape[dim]
     return t if missing == 0 else torch.cat((t, t.new_zeros(*t.shape[:dim], missing, *t.shape[dim + 1:])), dim)
 
@@ -199,13 +201,17 @@ def _int_field(path: Path, config: dict, key: str) -> int | None:
 def _check_layer(path: Path, config: dict, model_type: str, layer: int) -> None:
     """layer must be one of the model's MoE layers, where config.json says which those are."""
     layers = _int_field(path, config, "num_hidden_layers")
+    if model_type in ("deepseek_v3", "deepseek_v4") and layers is not None:
+        layers += _int_field(path, config, "num_nextn_predict_layers") or 0  # the MTP layers follow, MoE too
     if layers is not None and layer >= layers:
-        raise CheckpointError(f"layer: {layer}, expected 0..{layers - 1} ({path}: field 'num_hidden_layers' = {layers})")
+        raise CheckpointError(f"layer: {layer}, expected 0..{layers - 1} ({path}: fields 'num_hidden_layers' and, "
+                              "for DeepSeek, 'num_nextn_predict_layers')")
     if model_type in ("deepseek_v3", "deepseek_v4"):
         dense = _int_field(path, config, "first_k_dense_replace") or 0
-        if layer < dense:
-            raise CheckpointError(f"layer: {layer} is a dense MLP, expected a MoE layer >= {dense} "
-                                  f"({path}: field 'first_k_dense_replace' = {dense})")
+        every = _int_field(path, config, "moe_layer_freq") or 1
+        if layer < dense or layer % every:
+            raise CheckpointError(f"layer: {layer} is a dense MLP, expected a MoE layer: >= {dense} and a multiple of "
+                                  f"{every} ({path}: fields 'first_k_dense_replace', 'moe_layer_freq')")
     if model_type == "qwen3_moe":
         step = _int_field(path, config, "decoder_sparse_step") or 1
         dense = config.get("mlp_only_layers") or []
@@ -298,7 +304,11 @@ def _rows(ck: Checkpoint, name: str) -> int:
     """The first dimension of a tensor whose length the spec does not fix (the vocabulary)."""
     if not ck.has(name):
         raise CheckpointError(f"{ck.dir}: no tensor {name!r} (a hash-routed layer's token-id table)")
-    return ck._open(ck.files[name]).get_slice(name).get_shape()[0]
+    try:
+        return ck._open(ck.files[name]).get_slice(name).get_shape()[0]
+    except Exception:  # noqa: BLE001 - safetensors raises its own error type
+        raise CheckpointError(f"{ck.files[name]}: no tensor {name!r}, though the index places it in this file "
+                              "(a hash-routed layer's token-id table)") from None
 
 
 def _dequant_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, r0: int, c0: int) -> torch.Tensor:
@@ -374,7 +384,7 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
         raise CheckpointError(f"{path}: model_type {shown(model_type)}, expected one of "
                               f"{', '.join(LAYOUTS)} (the layouts moegen loads)")
     fp8 = model_type == "deepseek_v3"  # without a config.json: the published format
-    if config:
+    if path.is_file():
         _described_layer(path, config, spec, model_type)
         _check_layer(path, config, model_type, layer)
         fp8 = _fp8_experts(path, config, model_type)

@@ -14,7 +14,8 @@ Tokens reach the ranks that own their experts, and the results come back:
   in rank order.  Fewer bytes at large T; the split sizes cost one host sync.
 * TP: the TP ranks of an EP rank hold the same tokens and sum their partial outputs (all-reduce).
 
-Partial sums cross ranks in fp32 and are rounded to the input's dtype once, at the end.  All-to-all
+Each rank's partial output is what its experts return (bf16 from MoeLayer.experts); the partials
+cross ranks in fp32 and the sum is rounded to the input's dtype at the end.  All-to-all
 adds them in rank order at any T; all-gather's reduce-scatter and TP's all-reduce add in NCCL's
 order, which with three or more ranks may depend on the message size (so on T): with two ranks every
 mode gives the same bits.  An id outside [0, num_experts) adds nothing in either mode, as in

@@ -293,7 +293,9 @@ def _edit_config(tmp_path, **changes):
     ("gpt_oss", dict(swiglu_limit=8.0), LAYER, "field 'swiglu_limit' = 8.0, but spec tiny-oss has activation.limit = 7.0"),
     ("deepseek_v3", dict(scoring_func="softmax"), LAYER, "field 'scoring_func' = 'softmax': expected one of 'sigmoid'"),
     # a layer that is not one of the model's MoE layers
-    ("deepseek_v3", dict(), 0, "layer: 0 is a dense MLP, expected a MoE layer >= 1"),
+    ("deepseek_v3", dict(), 0, "layer: 0 is a dense MLP, expected a MoE layer: >= 1"),
+    ("deepseek_v3", dict(moe_layer_freq=2), LAYER, "layer: 1 is a dense MLP, expected a MoE layer: >= 1 and a multiple of 2"),
+    ("deepseek_v3", dict(num_hidden_layers=1), LAYER, "layer: 1, expected 0..0"),
     ("qwen3_moe", dict(num_hidden_layers=1), LAYER, "layer: 1, expected 0..0"),
     ("qwen3_moe", dict(mlp_only_layers=[1]), LAYER, "layer: 1 is a dense MLP"),
     ("qwen3_moe", dict(decoder_sparse_step=4), LAYER, "'decoder_sparse_step' = 4), expected a MoE layer"),
@@ -338,8 +340,8 @@ def test_damaged_indexes_and_stale_copies_are_named(tmp_path):
     # no index: a stale copy of a tensor beside the checkpoint is refused, not silently preferred
     index_path.unlink()
     save_file({name: torch.zeros_like(tensors[name])}, str(tmp_path / "zzz-stale-copy.safetensors"))
-    with pytest.raises(CheckpointError, match=f"tensor '{name}' is in both model-0000.-of-00002.safetensors and "
-                                              "zzz-stale-copy.safetensors"):
+    with pytest.raises(CheckpointError, match=f"tensor '{name}' is in both 'model-0000.-of-00002.safetensors' and "
+                                              "'zzz-stale-copy.safetensors'"):
         load_raw_experts(tmp_path, spec, LAYER)
 
 
@@ -373,5 +375,32 @@ def test_published_configs_pass_the_checks_with_the_shipped_specs(tmp_path, mode
         with pytest.raises(CheckpointError, match=f"no tensor '{first}' \\(expected {dtypes} "):
             load_raw_experts(tmp_path, spec, 3)
     if model == "deepseek-v3":
-        with pytest.raises(CheckpointError, match="layer: 2 is a dense MLP, expected a MoE layer >= 3"):
+        with pytest.raises(CheckpointError, match="layer: 2 is a dense MLP, expected a MoE layer: >= 3"):
             load_raw_experts(tmp_path, load_model(model), 2)
+
+
+def test_deepseeks_mtp_layer_loads_and_an_empty_config_is_checked(tmp_path):
+    """DeepSeek's multi-token-prediction layer follows the num_hidden_layers decoder layers (a MoE layer
+    too); a config.json that is present is checked even when it is empty."""
+    spec, _, _ = write_checkpoint(tmp_path, "deepseek_v3", shards=1)
+    _edit_config(tmp_path, num_hidden_layers=1, num_nextn_predict_layers=1)
+    raw, _ = load_raw_experts(tmp_path, spec, LAYER)
+    assert raw.w13.shape[0] == spec.local_experts
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="config.json: field 'scoring_func' = None: expected a string"):
+        load_raw_experts(tmp_path, spec, LAYER, model_type="deepseek_v3")
+
+
+def test_a_stale_index_entry_for_the_hash_table_is_named(tmp_path):
+    spec, tensors, _ = write_checkpoint(tmp_path, "deepseek_v4")
+    extra = {k.replace(f"layers.{LAYER}.", "layers.0."): v for k, v in tensors.items()
+             if k.startswith(f"layers.{LAYER}.ffn.experts") or k.endswith("gate.weight")}
+    save_file({k: v.contiguous() for k, v in extra.items()}, str(tmp_path / "layer0.safetensors"))
+    index_path = tmp_path / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"].update((k, "layer0.safetensors") for k in extra)
+    name = "layers.0.ffn.gate.tid2eid"
+    index["weight_map"][name] = next(f for f in set(index["weight_map"].values()) if f != index["weight_map"][name])
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=f"no tensor '{name}', though the index places it in this file"):
+        load_raw_experts(tmp_path, spec, 0)

@@ -36,7 +36,22 @@ def harness(tmp_path_factory):
     dll = ctypes.CDLL(str(lib))
     dll.moegen_test_quantize.restype = ctypes.c_int
     dll.moegen_test_quantize_e4m3.restype = ctypes.c_int
+    dll.moegen_test_sf_rows.restype = ctypes.c_int
     return dll
+
+
+@pytest.mark.parametrize("groups", [48, 256])
+def test_scale_rows_past_one_warp_of_experts(harness, groups):
+    """Each expert's first scale row: its rows' prefix sum with every count rounded up to 128 (DeepSeek's
+    256 local experts take eight passes of the warp; 48 ends on a partial one)."""
+    g = torch.Generator().manual_seed(SEED + groups)
+    counts = torch.randint(0, 300, (groups,), generator=g)
+    counts[::7] = 0
+    offsets = torch.cat((torch.zeros(1, dtype=torch.int64), counts.cumsum(0))).to(torch.int32).cuda()
+    sf_rows = torch.full((groups + 1,), -1, dtype=torch.int32, device="cuda")
+    assert harness.moegen_test_sf_rows(groups, ctypes.c_void_p(offsets.data_ptr()), ctypes.c_void_p(sf_rows.data_ptr())) == 0
+    padded = (counts + 127) // 128 * 128
+    assert torch.equal(sf_rows.cpu(), torch.cat((torch.zeros(1, dtype=torch.int64), padded.cumsum(0))).to(torch.int32))
 
 
 @pytest.mark.parametrize("k", [256, 2880, 2048])

@@ -25,6 +25,16 @@ extern "C" int moegen_test_quantize(const void* x, int rows, int k, int k_pad, c
   return int(cudaDeviceSynchronize());
 }
 
+// The scale rows' prefix sum alone, at expert counts past one warp's 32 (a partial last pass, and 256).
+extern "C" int moegen_test_sf_rows(int groups, const int32_t* offsets, int32_t* sf_rows) {
+  switch (groups) {
+    case 48: moegen::sf_rows_kernel<48><<<1, moegen::kWarpSize>>>(offsets, sf_rows); break;
+    case 256: moegen::sf_rows_kernel<256><<<1, moegen::kWarpSize>>>(offsets, sf_rows); break;
+    default: return -1;
+  }
+  return int(cudaDeviceSynchronize());
+}
+
 // W4A8's per-row e4m3 quantizers (moegen/quantize.cuh), each way a row's work is split.
 namespace {
 template <int K>

@@ -119,26 +119,27 @@ inline int sm_count() {
   return cache[device];
 }
 
-// Host launch: fill the device arrays (a plain launch: CUTLASS's scheduler reads the shapes before it
-// waits on a programmatic predecessor), then CUTLASS's initialize (tensor maps, workspace) and run.
+// The device arrays of `groups` groups carved from base (256-byte aligned each); returns the bytes they
+// take, where CUTLASS's workspace starts (the host-side test passes any base: only the size counts).
 template <class G>
-int launch_grouped_gemm(const GroupedGemmArgs& a, cudaStream_t stream) {
-  using Gemm = typename G::Gemm;
-  typename G::Arrays arr{};
+size_t carve_arrays(typename G::Arrays& arr, uint8_t* base, int groups) {
   size_t off = 0;
-  uint8_t* base = static_cast<uint8_t*>(a.scratch);
   auto take = [&](auto*& ptr) {
     off = (off + 255) / 256 * 256;
     ptr = reinterpret_cast<std::remove_reference_t<decltype(ptr)>>(base + off);
-    off += size_t(a.groups) * sizeof(*ptr);
+    off += size_t(groups) * sizeof(*ptr);
   };
   take(arr.shapes), take(arr.a), take(arr.sa), take(arr.b), take(arr.sb), take(arr.sfa), take(arr.lsfa),
       take(arr.sfb), take(arr.lsfb), take(arr.d), take(arr.sd), take(arr.sc);
-  off = (off + 255) / 256 * 256;
+  return (off + 255) / 256 * 256;
+}
 
-  typename Gemm::Arguments args;
+// CUTLASS's arguments over the device arrays (shapes on the device only: CUTLASS never sees them here).
+template <class G>
+typename G::Gemm::Arguments gemm_arguments(const typename G::Arrays& arr, int groups, int device, int sms) {
+  typename G::Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-  args.problem_shape = typename G::ProblemShape{a.groups, arr.shapes, nullptr};  // shapes on the device only
+  args.problem_shape = typename G::ProblemShape{groups, arr.shapes, nullptr};
   args.mainloop = {arr.a, arr.sa, arr.b, arr.sb, arr.sfa, arr.lsfa, arr.sfb, arr.lsfb};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
@@ -146,8 +147,22 @@ int launch_grouped_gemm(const GroupedGemmArgs& a, cudaStream_t stream) {
   args.epilogue.dC = arr.sc;
   args.epilogue.ptr_D = arr.d;
   args.epilogue.dD = arr.sd;
-  cudaGetDevice(&args.hw_info.device_id);
-  args.hw_info.sm_count = sm_count();
+  args.hw_info.device_id = device;
+  args.hw_info.sm_count = sms;
+  return args;
+}
+
+// Host launch: fill the device arrays (a plain launch: CUTLASS's scheduler reads the shapes before it
+// waits on a programmatic predecessor), then CUTLASS's initialize (tensor maps, workspace) and run.
+template <class G>
+int launch_grouped_gemm(const GroupedGemmArgs& a, cudaStream_t stream) {
+  using Gemm = typename G::Gemm;
+  typename G::Arrays arr{};
+  uint8_t* base = static_cast<uint8_t*>(a.scratch);
+  const size_t off = carve_arrays<G>(arr, base, a.groups);
+  int device = 0;
+  cudaGetDevice(&device);
+  typename Gemm::Arguments args = gemm_arguments<G>(arr, a.groups, device, sm_count());
   const size_t workspace = Gemm::get_workspace_size(args);
   // before anything is written into scratch
   if (off + workspace > a.scratch_bytes) return launch_failure(kStepScratch, 0);

@@ -10,7 +10,8 @@
 #       columns per rank, GEMM2's K padded to whole tiles; built with `moegen build --model gpt-oss-120b
 #       --tp 4 --arch sm90 --out generated/_gputest --objects generated/.objects`)
 #   Q   (added 2026-12-05) the arch-neutral quantizer tests, now with the SM100 scale rows' prefix sum at 48
-#       and 256 experts (tests/test_quantize_gpu.py; compiles its harness there)
+#       and 256 experts (tests/test_quantize_gpu.py; compiles its harness there), and the checkpoint loader
+#       quantizing float experts on the GPU to the CPU's bits (tests/test_checkpoint.py)
 # Stage: bash lab/stage_carry.sh generated/_gputest generated/_exp/mid
 set -uo pipefail
 source lab/device_env.sh || exit 1
@@ -40,7 +41,8 @@ for part in "$@"; do
       --tokens 0,1,5,300,1030,4100 > $D/check-tp4.txt 2>&1 || rc=1
     tail -2 $D/check-tp4.txt ;;
   Q)
-    (timeout -k 5 200 python3 -m pytest -m gpu tests/test_quantize_gpu.py -q -p no:cacheprovider 2>&1) > $D/quantize.txt || rc=1
+    (timeout -k 5 200 python3 -m pytest -m gpu tests/test_quantize_gpu.py tests/test_checkpoint.py -q -p no:cacheprovider 2>&1) \
+      > $D/quantize.txt || rc=1
     tail -2 $D/quantize.txt ;;
   *) echo "unknown part $part"; rc=1 ;;
   esac

@@ -404,3 +404,23 @@ def test_a_stale_index_entry_for_the_hash_table_is_named(tmp_path):
     index_path.write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=f"no tensor '{name}', though the index places it in this file"):
         load_raw_experts(tmp_path, spec, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "qwen3_moe"])
+def test_float_experts_quantize_on_the_gpu_to_the_same_bits(tmp_path, model_type):
+    spec, _, _ = write_checkpoint(tmp_path, model_type)
+    spec = spec.with_parallel(tp_size=2)
+    for tp_rank in range(2):
+        on_cpu, _ = load_raw_experts(tmp_path, spec, LAYER, tp_rank=tp_rank)
+        on_gpu, _ = load_raw_experts(tmp_path, spec, LAYER, tp_rank=tp_rank, device="cuda")
+        for name in ("w13", "s13", "w2", "s2"):
+            got = getattr(on_gpu, name)
+            assert got.is_cuda and torch.equal(got.cpu(), getattr(on_cpu, name)), (name, tp_rank)
+
+
+def test_a_bad_device_is_a_one_line_error(tmp_path):
+    spec, _, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=1)
+    with pytest.raises(CheckpointError, match="device: 'gpu0', expected a torch device"):
+        load_raw_experts(tmp_path, spec, LAYER, device="gpu0")

@@ -11,7 +11,8 @@ e4m3 steps of `h`).
 
 On a GPU the kernels have not run on, a failure must say where it happened: a call that raises (a CUDA
 error, after which the context is unusable) ends the check with the kernels and T it ran; a call still
-running after a minute is reported while it runs.  `only` restricts the pairs to the named kernels.
+running after a minute is reported while it runs; a failing output is followed by a diagnosis line
+(moegen.check.diagnosis).  `only` restricts the pairs to the named kernels.
 """
 from __future__ import annotations
 
@@ -26,6 +27,30 @@ from .testing import random_inputs, random_weights, reference_output, relative_l
 
 
 STILL_RUNNING_SECONDS = 60.0
+
+
+def diagnosis(out: torch.Tensor, ref: torch.Tensor, ids: torch.Tensor) -> str:
+    """Where a failing output goes wrong, in one line: its worst token and that token's experts, the
+    NaN elements (unwritten output, or a poisoned scale read), and the least-squares scale of the output
+    against the reference (a power of two other than 1: an exponent or scale-byte offset)."""
+    out, ref = out.double().cpu(), ref.double().cpu()
+    nan_rows = torch.isnan(out).any(dim=1)
+    parts = []
+    if nan_rows.any():
+        parts.append(f"NaN in {int(torch.isnan(out).sum())} elements of {int(nan_rows.sum())} tokens "
+                     f"(first: token {int(nan_rows.nonzero()[0])})")
+    good = ~nan_rows & (ref.norm(dim=1) > 0)
+    if good.any():
+        o, r = out[good], ref[good]
+        row_err = (o - r).norm(dim=1) / r.norm(dim=1)
+        worst = int(good.nonzero()[int(row_err.argmax())])
+        parts.append(f"worst token {worst} (experts {ids[worst].tolist()}): rel L2 {float(row_err.max()):.2e}")
+        scale = ((o * r).sum(dim=1) / (r * r).sum(dim=1)).median().item()
+        log2 = torch.log2(torch.tensor(abs(scale))).item() if scale else float("-inf")
+        power = round(log2) if abs(log2) != float("inf") else None
+        shown = f"{scale:.4g}" + (f" = 2^{power}" if power and abs(log2 - power) < 0.01 else "")
+        parts.append(f"output / reference scale (median over tokens) {shown}")
+    return "; ".join(parts) or "no token with a nonzero reference"
 
 
 class _Stopped(Exception):
@@ -94,8 +119,12 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
                     if T == 0:
                         report(name, T, None, res.out.shape == (0, spec.hidden_size))
                         continue
-                    err = relative_l2(res.out, reference_output(spec, w, x, res.topk_ids, fmt))
-                    report(name, T, err, not torch.isnan(res.out).any().item() and err <= tolerance(fmt, T))
+                    ref = reference_output(spec, w, x, res.topk_ids, fmt)
+                    err = relative_l2(res.out, ref)
+                    ok = not torch.isnan(res.out).any().item() and err <= tolerance(fmt, T)
+                    report(name, T, err, ok)
+                    if not ok:
+                        log(f"      {diagnosis(res.out, ref, res.topk_ids)}")
             if T == 0:
                 continue
             x = random_inputs(spec, T, "cuda", seed + 7 + T)

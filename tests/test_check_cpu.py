@@ -82,3 +82,26 @@ def test_a_call_still_running_is_reported(on_cpu, monkeypatch):
     assert check.check_library(StandIn(first_call_seconds=0.5), [0], seed=1, log=lines.append)
     assert any(line.startswith("still running after 0 s: T=0 moegen_sm90_gemm1_a + moegen_sm90_gemm2_c") for line in lines)
     assert sum(line.startswith("still running") for line in lines) == 1  # only the slow call
+
+
+def test_a_failing_output_is_diagnosed():
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 64, generator=g, dtype=torch.float64)
+    ids = torch.arange(12).reshape(6, 2)
+    line = check.diagnosis(ref * 2.0, ref, ids)  # every output twice its reference: an exponent off by one
+    assert "output / reference scale (median over tokens) 2 = 2^1" in line
+    out = ref.clone()
+    out[4] += 0.5 * ref[4].norm() / 8  # token 4 wrong
+    out[1, 3] = float("nan")
+    line = check.diagnosis(out, ref, ids)
+    assert line.startswith("NaN in 1 elements of 1 tokens (first: token 1)")
+    assert "worst token 4 (experts [8, 9])" in line and "= 2^" not in line
+
+
+def test_a_failing_case_prints_its_diagnosis(on_cpu, monkeypatch):
+    monkeypatch.setattr(check, "reference_output", lambda spec, w, x, ids, fmt: torch.ones(x.hidden.shape[0],
+                                                                                          spec.hidden_size))
+    lines = []
+    assert not check.check_library(StandIn(), [2], seed=1, log=lines.append, only=["moegen_sm90_gemm1_a"])
+    fails = [i for i, line in enumerate(lines) if line.startswith("FAIL")]
+    assert fails and all(lines[i + 1].strip().startswith("worst token") for i in fails)

@@ -53,26 +53,35 @@ def _masked_moe(spec, hidden, ids, weights, *w):
     return reference.moe(spec, hidden, torch.where(valid, ids, 0), torch.where(valid, weights, 0), *w)
 
 
-def _worker(rank, world, ep_size, tp_size, port, results):
+def _rank(rank, world, ep_size, tp_size, port, results, run):
+    """One gloo process: its groups, its split spec and weights, then run(...) records its outputs."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         groups = make_groups(ep_size, tp_size)
         spec = rank_spec(SPEC, groups)
-        w13, w2, b13, b2 = reference.shard_weights(SPEC, *_weights(), tp_size, groups.tp_rank, ep_size, groups.ep_rank)
-
-        def experts(h, ids, w):
-            return _masked_moe(spec, h, ids, w, w13, w2, b13, b2)
-
-        layer = DistributedMoe(spec, experts, groups)
-        for case in CASES:
-            for mode in ("allgather", "alltoall"):
-                if case == "empty_rank" and mode == "allgather":
-                    continue  # all-gather takes one T on every rank (pad)
-                hidden, ids, weights = _tokens(case, groups.ep_rank, ep_size, seed=11)
-                results[(rank, case, mode)] = layer(hidden, ids, weights, mode=mode)
+        w = reference.shard_weights(SPEC, *_weights(), tp_size, groups.tp_rank, ep_size, groups.ep_rank)
+        run(rank, groups, spec, w, results)
     finally:
         dist.destroy_process_group()
+
+
+def _spawn(run, ep_size, tp_size) -> dict:
+    world = ep_size * tp_size
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_rank, args=(world, ep_size, tp_size, _free_port(), results, run), nprocs=world)
+        return dict(results)
+
+
+def _every_case(rank, groups, spec, w, results):
+    layer = DistributedMoe(spec, lambda h, ids, wt: _masked_moe(spec, h, ids, wt, *w), groups)
+    for case in CASES:
+        for mode in ("allgather", "alltoall"):
+            if case == "empty_rank" and mode == "allgather":
+                continue  # all-gather takes one T on every rank (pad)
+            hidden, ids, weights = _tokens(case, groups.ep_rank, groups.ep_size, seed=11)
+            results[(rank, case, mode)] = layer(hidden, ids, weights, mode=mode)
 
 
 def _free_port():
@@ -84,10 +93,7 @@ def _free_port():
 @pytest.mark.parametrize("ep_size, tp_size", [(2, 1), (1, 2), (2, 2)])
 def test_split_layer_equals_the_whole_layer(ep_size, tp_size):
     world = ep_size * tp_size
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_worker, args=(world, ep_size, tp_size, _free_port(), results), nprocs=world)
-        results = dict(results)
+    results = _spawn(_every_case, ep_size, tp_size)
     w13, w2, b13, b2 = _weights()
     assert len(results) == world * (2 * len(CASES) - 1)
     for (rank, case, mode), out in results.items():
@@ -98,32 +104,20 @@ def test_split_layer_equals_the_whole_layer(ep_size, tp_size):
         torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12, msg=f"rank {rank} {case} {mode}")
 
 
-def _bf16_worker(rank, world, ep_size, tp_size, port, results):
+def _bf16_case(rank, groups, spec, w, results):
     """The layer's dtypes: bf16 hidden states and outputs of each rank's experts, int32 ids, fp32 weights."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        groups = make_groups(ep_size, tp_size)
-        spec = rank_spec(SPEC, groups)
-        w = reference.shard_weights(SPEC, *_weights(), tp_size, groups.tp_rank, ep_size, groups.ep_rank)
-        layer = DistributedMoe(spec, lambda h, i, wt: _masked_moe(spec, h, i, wt, *w).to(torch.bfloat16), groups)
-        hidden, ids, weights = _tokens("random", groups.ep_rank, ep_size, seed=23)
-        for mode in ("allgather", "alltoall"):
-            results[(rank, mode)] = layer(hidden.to(torch.bfloat16), ids.to(torch.int32), weights.float(), mode=mode)
-    finally:
-        dist.destroy_process_group()
+    layer = DistributedMoe(spec, lambda h, i, wt: _masked_moe(spec, h, i, wt, *w).to(torch.bfloat16), groups)
+    hidden, ids, weights = _tokens("random", groups.ep_rank, groups.ep_size, seed=23)
+    for mode in ("allgather", "alltoall"):
+        results[(rank, mode)] = layer(hidden.to(torch.bfloat16), ids.to(torch.int32), weights.float(), mode=mode)
 
 
 @pytest.mark.parametrize("ep_size, tp_size", [(2, 1), (1, 2), (2, 2)])
 def test_partial_sums_cross_ranks_in_fp32_and_round_once(ep_size, tp_size):
     """Each rank's bf16 partials are added in fp32 (EP ranks, then TP ranks) and rounded to bf16 once:
     the same bits as that sum taken here, in either mode."""
-    world = ep_size * tp_size
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_bf16_worker, args=(world, ep_size, tp_size, _free_port(), results), nprocs=world)
-        results = dict(results)
-    assert len(results) == 2 * world
+    results = _spawn(_bf16_case, ep_size, tp_size)
+    assert len(results) == 2 * ep_size * tp_size
     full = _weights()
     for (rank, mode), out in results.items():
         hidden, ids, weights = _tokens("random", rank // tp_size, ep_size, seed=23)

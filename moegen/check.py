@@ -16,6 +16,7 @@ running after a minute is reported while it runs; a failing output is followed b
 """
 from __future__ import annotations
 
+import math
 import random
 import threading
 from typing import Callable
@@ -46,8 +47,8 @@ def diagnosis(out: torch.Tensor, ref: torch.Tensor, ids: torch.Tensor) -> str:
         worst = int(good.nonzero()[int(row_err.argmax())])
         parts.append(f"worst token {worst} (experts {ids[worst].tolist()}): rel L2 {float(row_err.max()):.2e}")
         scale = ((o * r).sum(dim=1) / (r * r).sum(dim=1)).median().item()
-        log2 = torch.log2(torch.tensor(abs(scale))).item() if scale else float("-inf")
-        power = round(log2) if abs(log2) != float("inf") else None
+        log2 = math.log2(abs(scale)) if math.isfinite(scale) and scale else 0.0
+        power = round(log2)
         shown = f"{scale:.4g}" + (f" = 2^{power}" if power and abs(log2 - power) < 0.01 else "")
         parts.append(f"output / reference scale (median over tokens) {shown}")
     return "; ".join(parts) or "no token with a nonzero reference"

@@ -109,10 +109,10 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
 
     try:
         for T in tokens:
+            chosen = pairs[0] if only else layer.choose_kernels(T)  # the table's pair, unless kernels are named
             for skew in (False, True) if T > 0 else (False,):
                 x = random_inputs(spec, T, "cuda", seed + 1000 * T + skew, skew=skew)
-                table = layer.choose_kernels(T)
-                runs = ([*pairs, table] if not only else pairs) if not skew else [table if not only else pairs[0]]
+                runs = [chosen] if skew else pairs if only else [*pairs, chosen]
                 for kernels in runs:
                     name = pair_name(kernels) + (" skewed" if skew else "")
                     res = run(name, T, lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels,
@@ -129,19 +129,18 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
             if T == 0:
                 continue
             x = random_inputs(spec, T, "cuda", seed + 7 + T)
-            kernels = pairs[0] if only else layer.choose_kernels(T)
-            what = f"experts-only entry point on the router's choice ({pair_name(kernels)})"
-            fused = run(what, T, lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels))
+            what = f"experts-only entry point on the router's choice ({pair_name(chosen)})"
+            fused = run(what, T, lambda: layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=chosen))
             experts = run(what, T, lambda: layer.experts(x.hidden, fused.topk_ids, fused.topk_weights, w.prepared,
-                                                         kernels=kernels, poison=True))
+                                                         kernels=chosen, poison=True))
             report(what, T, relative_l2(experts, reference_output(spec, w, x, fused.topk_ids, fmt)),
                    torch.equal(experts, fused.out))
-            what = f"CUDA-graph replay equals the eager call bitwise ({pair_name(kernels)})"
+            what = f"CUDA-graph replay equals the eager call bitwise ({pair_name(chosen)})"
 
             def replay():
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    replayed = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=kernels)
+                    replayed = layer(x.hidden, x.logits, w.prepared, x.score_bias, kernels=chosen)
                 graph.replay()
                 return replayed
 

@@ -320,6 +320,13 @@ def _dequant_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, r0: int, c0: in
     return w.float() * scale_inv[rows][:, cols]
 
 
+def _quantized(ck: Checkpoint, name: str, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if not bool(torch.isfinite(w).all()):
+        raise CheckpointError(f"{ck.files[name]}: tensor {name!r} holds NaN or inf (after its block scales); "
+                              f"expected finite weights")
+    return quantize(w)
+
+
 def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool,
                    device: torch.device) -> RawExperts:
     """Float (bf16, or block-scaled FP8) experts quantized to MXFP4 on `device`: a GPU's spares the CPU
@@ -345,7 +352,8 @@ def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp
         gate = read(f"{p}.{j}.gate_proj", (I, H), slice(c0, c1), slice(None))
         up = read(f"{p}.{j}.up_proj", (I, H), slice(c0, c1), slice(None))
         down = read(f"{p}.{j}.down_proj", (H, I), slice(None), slice(c0, c1))
-        (qg, sg), (qu, su), (q2, sc2) = quantize(gate), quantize(up), quantize(down)
+        (qg, sg), (qu, su), (q2, sc2) = (_quantized(ck, f"{p}.{j}.{n}.weight", w) for n, w in
+                                         (("gate_proj", gate), ("up_proj", up), ("down_proj", down)))
         w13.append(torch.cat((_padded(qg, 0, Il), _padded(qu, 0, Il))))
         s13.append(torch.cat((_padded(sg, 0, Il), _padded(su, 0, Il))))
         w2.append(_padded(q2, 1, Il // 2))

@@ -116,7 +116,8 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
                     rb, cb = -(-w.shape[0] // 128), -(-w.shape[1] // 128)
                     scale = torch.rand(rb, cb, generator=g) * 1e-3 + 1e-4
                     full = scale.repeat_interleave(128, 0)[:w.shape[0]].repeat_interleave(128, 1)[:, :w.shape[1]]
-                    q = (w / full).to(torch.float8_e4m3fn)
+                    # clamped: before torch 2.13 an out-of-range cast to e4m3fn gives NaN, not 448
+                    q = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
                     t[f"{key}.weight"], t[f"{key}.weight_scale_inv"] = q, scale
                     w.copy_(q.float() * full)  # what the checkpoint holds, in float
                 else:
@@ -320,6 +321,21 @@ def test_an_architecture_fixed_field_that_differs_is_named(tmp_path):
     with pytest.raises(CheckpointError, match=r"activation.alpha = 1.702 \(the gpt_oss architecture's\), but spec "
                                               r"tiny-oss has activation.alpha = 1.0"):
         load_raw_experts(tmp_path, other, LAYER)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_non_finite_float_experts_are_named(tmp_path, fp8):
+    spec, tensors, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=1, fp8=fp8)
+    name = f"model.layers.{LAYER}.mlp.experts.1.up_proj.weight"
+    bad = tensors[name].clone()
+    if fp8:
+        bad.view(torch.uint8)[3, 5] = 0x7F  # e4m3fn's NaN
+    else:
+        bad[3, 5] = float("nan")
+    file = next(tmp_path.glob("*.safetensors"))
+    save_file({k: (bad if k == name else v).contiguous() for k, v in tensors.items()}, str(file))
+    with pytest.raises(CheckpointError, match=f"{file.name}: tensor '{name}' holds NaN or inf"):
+        load_raw_experts(tmp_path, spec, LAYER)
 
 
 def test_damaged_indexes_and_stale_copies_are_named(tmp_path):

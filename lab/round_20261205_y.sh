@@ -5,6 +5,7 @@
 #   B MODEL   moegen bench of generated/_bench/MODEL (built here: `moegen build --model MODEL --arch sm90
 #             --out generated/_bench`) against generated/_gputest/MODEL-w4a8 (`--activations fp8`)
 #   Q         tests/test_checkpoint.py's GPU tests
+#   S         tests/test_sm100_glue_gpu.py: the SM100 layer around stand-in GEMMs, `moegen check` on the H200
 # Stage: bash lab/stage_carry.sh generated/_bench generated/_gputest generated/_exp/mid
 set -uo pipefail
 source lab/device_env.sh || exit 1
@@ -23,6 +24,10 @@ while [ $# -gt 0 ]; do
   Q)
     (timeout -k 5 100 python3 -m pytest -m gpu tests/test_checkpoint.py -q -p no:cacheprovider 2>&1) > $D/checkpoint.txt || rc=1
     tail -n 2 $D/checkpoint.txt ;;
+  S)
+    (timeout -k 5 400 python3 -m pytest -m gpu tests/test_sm100_glue_gpu.py -q -s -p no:cacheprovider 2>&1) \
+      > $D/sm100_glue.txt || rc=1
+    grep -E "FAIL|passed|failed|error" $D/sm100_glue.txt | tail -n 30 ;;
   *) echo "unknown part $part"; rc=1 ;;
   esac
 done

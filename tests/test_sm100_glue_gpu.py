@@ -4,14 +4,16 @@ No SM100 GPU has run the SM100 build.  Its CUTLASS GEMMs need one, but everythin
 CUDA: routing, the scale rows, the MXFP8 quantizers (gather, and SwiGLU of GEMM1's rows), finalize with
 the routing weights and GEMM2's bias, the workspace carving and the launch sequence (sm100/pipeline.cuh),
 and the C ABI and runtime around it.  This test builds the SM100 layer exactly as `moegen build --arch
-sm100` plans it, except that the two GEMM units are replaced by a CUDA-core GEMM with the same launch
-contract and operand layouts (tests/helpers/sm100_standin_gemm.cuh) and everything compiles for the GPU
-at hand.  It then loads the library with moegen.load and runs `moegen check` on it (poisoned outputs,
+sm100` plans it, except that in the two GEMM units only CUTLASS's kernel is replaced: each unit still
+carves its device arrays and fills them (fill_group_args), and a CUDA-core GEMM computes every group from
+those arrays alone, through CUTLASS's own strides and scale layouts (tests/helpers/sm100_standin_gemm.cuh);
+everything compiles for the GPU at hand.  It then loads the library with moegen.load and runs `moegen check` on it (poisoned outputs,
 T = 0, odd sizes, skewed routing, the experts-only entry point, CUDA-graph replay) against the float64
 reference in the MXFP8 activation format.
 """
 import json
 import os
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,36 +45,36 @@ VARIANTS = {
 }
 
 
-def standin_source(kernel: str) -> str:
+def standin_source(config) -> str:
+    tile = f"moegen::sm100::GroupedGemm<{config.block_m}, {config.block_n}, {config.block_k}>"
     return (f'#include "sm100_standin_gemm.cuh"\n'
-            f'extern "C" int {kernel}_launch(const moegen::sm100::GroupedGemmArgs* a, cudaStream_t stream) {{\n'
-            f'  return moegen_test::standin_grouped_gemm(a, stream);\n}}\n')
+            f'extern "C" int {config.name}_launch(const moegen::sm100::GroupedGemmArgs* a, cudaStream_t stream) {{\n'
+            f'  return moegen_test::standin_grouped_gemm<{tile}>(*a, stream);\n}}\n')
 
 
-def build_standin(spec, root: Path, capability: tuple[int, int]) -> Path:
-    """The SM100 build's plan, its GEMM units replaced, compiled for `capability`; returns the build dir."""
-    arch = get_arch("sm100", spec.activations)
-    configs = arch.fallback_configs(spec)
-    plan = plan_build(spec, "sm100", configs, root, find_toolchain())
-    gencode = f"-gencode=arch=compute_{capability[0]}{capability[1]}a,code=sm_{capability[0]}{capability[1]}a"
-    out = plan.out_dir
+def write_standin_sources(spec, root: Path):
+    """The SM100 build's plan for `spec`, its sources written with the GEMM units replaced."""
+    configs = {c.name: c for c in get_arch("sm100", spec.activations).fallback_configs(spec)}
+    plan = plan_build(spec, "sm100", list(configs.values()), root, find_toolchain())
     for name, text in plan.sources.items():
-        path = out / "src" / name
+        path = plan.out_dir / "src" / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        stem = name[:-3]
-        path.write_text(standin_source(stem) if any(c.name == stem for c in configs) else text)
+        path.write_text(standin_source(configs[name[:-3]]) if name[:-3] in configs else text)
+    return plan, set(configs)
 
-    def compile_one(step):
-        command = [arch_flag if arch_flag != arch.gencode else gencode for arch_flag in step.command]
-        run = subprocess.run([*command, f"-I{HELPERS}", "-o", f"{step.name}.o"], cwd=out, capture_output=True,
-                             text=True)
-        assert run.returncode == 0, f"{step.name}: {run.stderr[-3000:]}"
 
-    with ThreadPoolExecutor(len(plan.compiles)) as pool:
-        list(pool.map(compile_one, plan.compiles))
-    link = [plan.link_command[0], "-shared", gencode, *LINK_FLAGS,
-            *(f"-L{d}" for d in find_toolchain().lib_dirs), "-o", plan.library,
-            *(f"{step.name}.o" for step in plan.compiles)]
+def compile_step(out: Path, step, gencode: str) -> Path:
+    sm100_gencode = get_arch("sm100").gencode
+    command = [gencode if flag == sm100_gencode else flag for flag in step.command]
+    run = subprocess.run([*command, f"-I{HELPERS}", "-o", f"{step.name}.o"], cwd=out, capture_output=True, text=True)
+    assert run.returncode == 0, f"{step.name}: {run.stderr[-3000:]}"
+    return out / f"{step.name}.o"
+
+
+def link_standin(plan, gencode: str, capability: tuple[int, int]) -> Path:
+    out = plan.out_dir
+    link = [plan.link_command[0], "-shared", gencode, *LINK_FLAGS, *(f"-L{d}" for d in find_toolchain().lib_dirs),
+            "-o", plan.library, *(f"{step.name}.o" for step in plan.compiles)]
     run = subprocess.run(link, cwd=out, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     manifest = dict(plan.manifest, compute_capability=list(capability), library_sha256=file_sha256(out / plan.library),
@@ -83,13 +85,24 @@ def build_standin(spec, root: Path, capability: tuple[int, int]) -> Path:
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
+    """Each variant's stand-in build dir, compiled for the local GPU."""
     root = tmp_path_factory.mktemp("sm100_standin")
     capability = torch.cuda.get_device_capability()
-    specs = {name: load_model(model).with_parallel(**split) if split else load_model(model)
+    gencode = f"-gencode=arch=compute_{capability[0]}{capability[1]}a,code=sm_{capability[0]}{capability[1]}a"
+    plans = {name: write_standin_sources(load_model(model).with_parallel(**split) if split else load_model(model), root)
              for name, (model, split) in VARIANTS.items()}
-    with ThreadPoolExecutor(len(specs)) as pool:
-        dirs = dict(zip(specs, pool.map(lambda s: build_standin(s, root, capability), specs.values())))
-    return dirs
+    # A GEMM unit holds only its tile, so one object serves every variant with that tile.
+    units = {}
+    for plan, gemms in plans.values():
+        for step in plan.compiles:
+            units.setdefault(step.name if step.name in gemms else (plan.out_dir, step.name), (plan.out_dir, step))
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        objects = dict(zip(units, pool.map(lambda unit: compile_step(*unit, gencode), units.values())))
+    for plan, gemms in plans.values():
+        for name in gemms:
+            if objects[name].parent != plan.out_dir:
+                shutil.copyfile(objects[name], plan.out_dir / f"{name}.o")
+    return {name: link_standin(plan, gencode, capability) for name, (plan, _) in plans.items()}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

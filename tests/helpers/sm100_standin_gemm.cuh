@@ -1,17 +1,18 @@
-// A stand-in for the SM100 GEMM units on any GPU: the same launch contract (sm100/gemm_args.h), the
-// same operands in the same layouts (e2m1 pairs and block-scaled scales, moegen.layout.SM100_BLOCK_SCALED;
-// e4m3 tokens with their per-expert scale rows), computed by plain CUDA cores in fp32 and stored as bf16.
-// tests/test_sm100_glue_gpu.py links it in place of CUTLASS's kernels, so that the SM100 layer's own
-// code (routing, scale rows, quantizers, SwiGLU, finalize, workspace carving, the launch sequence) runs
-// on the H200 against the float64 reference.  One thread per output, K in order: deterministic.
+// A stand-in for the SM100 GEMM units on any GPU: the same launch contract (sm100/gemm_args.h) and the
+// same first steps as the real unit (sm100/grouped_gemm.cuh: the device arrays carved from the scratch
+// and filled by fill_group_args for the unit's GroupedGemm), then, where CUTLASS's kernel would run, plain
+// CUDA cores compute each group from those arrays alone: its shape, operand pointers, strides and CUTLASS's
+// block-scaled scale layouts.  A wrong pointer, stride or scale layout therefore fails the check as it
+// would on a B200.  tests/test_sm100_glue_gpu.py links it in place of CUTLASS's kernels, so that the SM100
+// layer's own code runs on the H200 against the float64 reference.  One thread per output, K in order, fp32,
+// stored as bf16: deterministic.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "moegen/quantize.cuh"  // sf_offset, segment_of: the layout the quantizers write
-#include "moegen/sm100/gemm_args.h"
+#include "moegen/sm100/grouped_gemm.cuh"
 
 namespace moegen_test {
 namespace {  // each GEMM unit's own copy
@@ -30,34 +31,42 @@ __device__ __forceinline__ float e4m3_value(uint8_t b) {
   return float(v);
 }
 
-__global__ void standin_grouped_gemm_kernel(moegen::sm100::GroupedGemmArgs a) {
-  const long rows = a.offsets[a.groups];
-  const long items = rows * a.n_out;
-  const int kbs = a.k / 32;
-  for (long i = long(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += long(gridDim.x) * blockDim.x) {
-    const int row = int(i / a.n_out), m = int(i % a.n_out);
-    const int g = moegen::segment_of(a.offsets, a.groups, row);
-    const int n = row - a.offsets[g];  // the token row among its expert's
-    const uint8_t* w = a.weights + g * a.weights_group_bytes + long(m) * (a.k / 2);
-    const uint8_t* wsf = a.weight_sf + g * a.weight_sf_group_bytes;
-    const uint8_t* x = a.tokens + long(row) * a.k;
-    const uint8_t* xsf = a.token_sf + long(a.token_sf_rows[g]) * kbs;
+// Group blockIdx.y: D (M x N) = A (M x K, e2m1 weights) x B (N x K, e4m3 tokens), both block-scaled.
+template <class G>
+__global__ void standin_from_arrays(typename G::Arrays arr) {
+  using namespace cute;
+  const int g = blockIdx.y;
+  const int M = get<0>(arr.shapes[g]), N = get<1>(arr.shapes[g]), K = get<2>(arr.shapes[g]);
+  const auto a = make_layout(make_shape(M, K, 1), arr.sa[g]);  // element offsets, as CUTLASS's TMA reads them
+  const auto b = make_layout(make_shape(N, K, 1), arr.sb[g]);
+  const auto d = make_layout(make_shape(M, N, 1), arr.sd[g]);
+  const auto* A = reinterpret_cast<const uint8_t*>(arr.a[g]);
+  const auto* B = reinterpret_cast<const uint8_t*>(arr.b[g]);
+  const auto* SFA = reinterpret_cast<const uint8_t*>(arr.sfa[g]);
+  const auto* SFB = reinterpret_cast<const uint8_t*>(arr.sfb[g]);
+  auto* D = reinterpret_cast<__nv_bfloat16*>(arr.d[g]);
+  for (long i = long(blockIdx.x) * blockDim.x + threadIdx.x; i < long(M) * N; i += long(gridDim.x) * blockDim.x) {
+    const int n = int(i / M), m = int(i % M);
     float acc = 0.f;
-    for (int kb = 0; kb < kbs; ++kb) {
+    for (int k0 = 0; k0 < K; k0 += 32) {
       float block = 0.f;
-      for (int j = 0; j < 32; j += 2) {
-        const uint8_t pair = w[kb * 16 + j / 2];  // low nibble: the even K index
-        block += e2m1_value(pair & 15) * e4m3_value(x[kb * 32 + j]);
-        block += e2m1_value(pair >> 4) * e4m3_value(x[kb * 32 + j + 1]);
+      for (int k = k0; k < k0 + 32; ++k) {
+        const long ai = a(m, k, 0);  // e2m1 elements: two per byte, the even one in the low nibble
+        block += e2m1_value(A[ai / 2] >> (4 * (ai & 1))) * e4m3_value(B[b(n, k, 0)]);
       }
-      acc += block * e8m0_value(wsf[moegen::sf_offset(m, kb, a.k)]) * e8m0_value(xsf[moegen::sf_offset(n, kb, a.k)]);
+      acc += block * e8m0_value(SFA[arr.lsfa[g](m, k0, 0)]) * e8m0_value(SFB[arr.lsfb[g](n, k0, 0)]);
     }
-    a.out[long(row) * a.n_out + m] = __float2bfloat16(acc);
+    D[d(m, n, 0)] = __float2bfloat16(acc);
   }
 }
 
-inline int standin_grouped_gemm(const moegen::sm100::GroupedGemmArgs* a, cudaStream_t stream) {
-  standin_grouped_gemm_kernel<<<132 * 16, 256, 0, stream>>>(*a);
+template <class G>
+int standin_grouped_gemm(const moegen::sm100::GroupedGemmArgs& a, cudaStream_t stream) {
+  typename G::Arrays arr{};
+  const size_t carved = moegen::sm100::carve_arrays<G>(arr, static_cast<uint8_t*>(a.scratch), a.groups);
+  if (carved > a.scratch_bytes) return moegen::sm100::launch_failure(moegen::sm100::kStepScratch, 0);
+  moegen::sm100::fill_group_args<G><<<(a.groups + 127) / 128, 128, 0, stream>>>(a, arr);
+  standin_from_arrays<G><<<dim3(132 * 4, a.groups), 256, 0, stream>>>(arr);
   return int(cudaGetLastError());
 }
 

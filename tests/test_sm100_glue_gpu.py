@@ -7,9 +7,9 @@ and the C ABI and runtime around it.  This test builds the SM100 layer exactly a
 sm100` plans it, except that in the two GEMM units only CUTLASS's kernel is replaced: each unit still
 carves its device arrays and fills them (fill_group_args), and a CUDA-core GEMM computes every group from
 those arrays alone, through CUTLASS's own strides and scale layouts (tests/helpers/sm100_standin_gemm.cuh);
-everything compiles for the GPU at hand.  It then loads the library with moegen.load and runs `moegen check` on it (poisoned outputs,
-T = 0, odd sizes, skewed routing, the experts-only entry point, CUDA-graph replay) against the float64
-reference in the MXFP8 activation format.
+everything compiles for the GPU at hand.  It then loads the library with moegen.load and runs `moegen
+check` on it (poisoned outputs, T = 0, odd sizes, skewed routing, the experts-only entry point, CUDA-graph
+replay) against the float64 reference in the MXFP8 activation format.
 """
 import json
 import os

@@ -6,7 +6,8 @@
 #             --out generated/_bench`) against generated/_gputest/MODEL-w4a8 (`--activations fp8`)
 #   Q         tests/test_checkpoint.py's GPU tests
 #   S         tests/test_sm100_glue_gpu.py: the SM100 layer around stand-in GEMMs, `moegen check` on the H200
-# Stage: bash lab/stage_carry.sh generated/_bench generated/_gputest generated/_exp/mid
+# Stage: bash lab/stage_carry.sh generated/_bench generated/_gputest (the builds above, and for W4A8
+# python3 lab/build_test_libs.py --w4a8 or just its MODEL-w4a8 variant)
 set -uo pipefail
 source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}

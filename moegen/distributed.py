@@ -74,6 +74,23 @@ def _acc(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
+# A token's hidden row, ids and weights travel as one row of bytes: one collective per exchange, not
+# three (each a launch and a latency of its own, which at decode cost more than the bytes).
+def _pack_rows(*parts: torch.Tensor) -> torch.Tensor:
+    """[T, bytes of one row of every part]: the parts' rows side by side as uint8 (each part [T, n])."""
+    return torch.cat([p.contiguous().view(torch.uint8) for p in parts], dim=1)
+
+
+def _unpack_rows(rows: torch.Tensor, *likes: torch.Tensor) -> list[torch.Tensor]:
+    """The parts of _pack_rows(rows of tensors shaped and typed as `likes`), each contiguous."""
+    parts, start = [], 0
+    for like in likes:
+        width = like.shape[1] * like.element_size()
+        parts.append(rows[:, start:start + width].contiguous().view(like.dtype))
+        start += width
+    return parts
+
+
 class DistributedMoe:
     def __init__(self, spec: ModelSpec, experts: Experts, groups: Groups, mode: str = "allgather"):
         if mode not in MODES:
@@ -107,13 +124,10 @@ class DistributedMoe:
         if g.ep_size == 1:
             return self.experts(hidden, ids, weights).to(_acc(hidden))
         T = hidden.shape[0]
-        all_hidden = hidden.new_empty((g.ep_size * T, hidden.shape[1]))
-        all_ids = ids.new_empty((g.ep_size * T, ids.shape[1]))
-        all_weights = weights.new_empty((g.ep_size * T, weights.shape[1]))
-        dist.all_gather_into_tensor(all_hidden, hidden.contiguous(), group=g.ep)
-        dist.all_gather_into_tensor(all_ids, ids.contiguous(), group=g.ep)
-        dist.all_gather_into_tensor(all_weights, weights.contiguous(), group=g.ep)
-        partial = self.experts(all_hidden, all_ids, all_weights).to(_acc(hidden))
+        rows = _pack_rows(hidden, ids, weights)
+        all_rows = rows.new_empty((g.ep_size * T, rows.shape[1]))
+        dist.all_gather_into_tensor(all_rows, rows, group=g.ep)
+        partial = self.experts(*_unpack_rows(all_rows, hidden, ids, weights)).to(_acc(hidden))
         out = partial.new_empty((T, hidden.shape[1]))
         dist.reduce_scatter_tensor(out, partial, group=g.ep)
         return out
@@ -140,13 +154,10 @@ class DistributedMoe:
         # (rank, token) pairs in rank order: one copy of a token per rank that owns any of its experts
         token = torch.nonzero_static(to_rank.t(), size=sum(send))[:, 1]
         n_in = sum(recv)
-        in_hidden = hidden.new_empty((n_in, H))
-        in_ids = ids.new_empty((n_in, ids.shape[1]))
-        in_weights = weights.new_empty((n_in, weights.shape[1]))
-        dist.all_to_all_single(in_hidden, hidden[token].contiguous(), recv, send, group=g.ep)
-        dist.all_to_all_single(in_ids, ids[token].contiguous(), recv, send, group=g.ep)
-        dist.all_to_all_single(in_weights, weights[token].contiguous(), recv, send, group=g.ep)
-        partial = self.experts(in_hidden, in_ids, in_weights).to(_acc(hidden))
+        rows = _pack_rows(hidden[token], ids[token], weights[token])
+        in_rows = rows.new_empty((n_in, rows.shape[1]))
+        dist.all_to_all_single(in_rows, rows, recv, send, group=g.ep)
+        partial = self.experts(*_unpack_rows(in_rows, hidden, ids, weights)).to(_acc(hidden))
         back = partial.new_empty((len(token), H))
         dist.all_to_all_single(back, partial.contiguous(), send, recv, group=g.ep)
         # Each token's partials added in rank order (deterministic): `back` is in send order, rank by rank,

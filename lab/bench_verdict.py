@@ -5,7 +5,8 @@ table labelled `retuned`), and the table to ship.
   python3 lab/bench_verdict.py A.json B.json                      per-T change, new against old, both orders
   python3 lab/bench_verdict.py A.json B.json --merge TUNED OUT    OUT (a shipped table) gains TUNED's new
       buckets that both orders confirm (>= 1 % faster in both, or the same pair); the others, unbenched
-      ones included, are left out, so their T run the next bucket's pair as before.
+      ones included, are left out, so their T run the next bucket's pair as before.  A bucket OUT
+      already has takes TUNED's pair only where both orders confirm it.
   python3 lab/bench_verdict.py A.json B.json --override TUNED OUT  a table with no predecessor: TUNED, but
       a bucket both orders measured >= 1 % slower than the heuristic takes the heuristic's pair, with the
       tuner's own timing of that pair at that T (refused when the tuner did not time it).  Within noise
@@ -56,12 +57,17 @@ def main(argv):
     mode, tuned_path, out_path = argv[2:]
     table = json.load(open(tuned_path))
     if mode == "--merge":
-        old = {b["tokens"] for b in json.load(open(out_path))["buckets"]}
-        drop = {b["tokens"] for b in table["buckets"] if b["tokens"] not in old
-                and not (b["tokens"] in verdict and confirmed(*verdict[b["tokens"]][:3]))}
-        table["buckets"] = [b for b in table["buckets"] if b["tokens"] not in drop]
+        old = {b["tokens"]: b for b in json.load(open(out_path))["buckets"]}
+        unconfirmed = {b["tokens"] for b in table["buckets"]
+                       if not (b["tokens"] in verdict and confirmed(*verdict[b["tokens"]][:3]))}
+        # a retuned bucket the bench did not confirm keeps its shipped pair; a new one is left out
+        kept = {t for t in unconfirmed if t in old and (old[t]["gemm1"], old[t]["gemm2"]) !=
+                next((b["gemm1"], b["gemm2"]) for b in table["buckets"] if b["tokens"] == t)}
+        drop = {t for t in unconfirmed if t not in old}
+        table["buckets"] = [old[b["tokens"]] if b["tokens"] in kept else b
+                            for b in table["buckets"] if b["tokens"] not in drop]
         table["measurements"] = [m for m in table["measurements"] if m[0] not in drop]
-        print("left out:", sorted(drop))
+        print("left out:", sorted(drop), "shipped pair kept:", sorted(kept))
     elif mode == "--override":
         for b in table["buckets"]:
             ca, cb, same, (g1, g2) = verdict.get(b["tokens"], (0, 0, True, (None, None)))

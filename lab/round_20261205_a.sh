@@ -5,8 +5,8 @@
 # lab/mid_kernels.py MODEL ACT TP EP RANK)" --out generated/_exp/mid --objects generated/.objects`, staged
 # with `bash lab/stage_carry.sh generated/_exp/mid generated/.objects`.  Chain the calls while the device
 # stays warm: the tuned tables live in /tmp/round_s there (round s).
-#   TUNE PART        tune the small buckets (2,3,6,8,32,128; ROTATIONS=8: with 32 local experts a few
-#                    rows land per rank) and the large ones (512,2048,8192), no bench
+#   TUNE PART        tune the small buckets (SMALL, default 2,3,6,8,32,128; ROTATIONS=8: with 32 local
+#                    experts a few rows land per rank) and the large ones (LARGE, default 512,2048,8192)
 #   BENCH PART       bench tuned against shipped at those T, both orders
 #   MERGE MODEL SPLIT [TESTS]  lab/bench_verdict.py --merge of the tuned table into configs/dispatch's (the
 #                    buckets both bench orders confirm), copied to $OUT; the default build of that table
@@ -18,15 +18,16 @@
 # here with lab/bench_verdict.py --merge.
 set -uo pipefail
 D=${OUT:-/tmp}
-SMALL=2,3,6,8,32,128 LARGE=512,2048,8192
+SMALL=${SMALL-2,3,6,8,32,128} LARGE=${LARGE-512,2048,8192}
+TOKENS_BOTH=$(echo "$SMALL,$LARGE" | sed 's/^,//; s/,$//')
 rc=0
 what=$1; shift
 case $what in
 TUNE)
-  ROTATIONS=8 SKIP_BENCH=1 TOKENS=$SMALL TUNE_LIMIT=280 bash lab/round_20261204_u.sh "$1" || rc=1
-  SKIP_BENCH=1 TOKENS=$LARGE TUNE_LIMIT=200 bash lab/round_20261204_u.sh "$1" || rc=1 ;;
+  [ -z "$SMALL" ] || ROTATIONS=8 SKIP_BENCH=1 TOKENS=$SMALL TUNE_LIMIT=280 bash lab/round_20261204_u.sh "$1" || rc=1
+  [ -z "$LARGE" ] || SKIP_BENCH=1 TOKENS=$LARGE TUNE_LIMIT=200 bash lab/round_20261204_u.sh "$1" || rc=1 ;;
 BENCH)
-  SKIP_TUNE=1 TOKENS=$SMALL,$LARGE BENCH_LIMIT=200 bash lab/round_20261204_u.sh "$1" || rc=1 ;;
+  SKIP_TUNE=1 TOKENS=$TOKENS_BOTH BENCH_LIMIT=250 bash lab/round_20261204_u.sh "$1" || rc=1 ;;
 MERGE)
   source lab/device_env.sh || exit 1
   model=$1 split=$2 tests=${3:-}

@@ -16,6 +16,12 @@
 # PART is round s's part string, e.g. "T deepseek-v4-flash bf16 --ep-size 8 --ep-rank 0".  Every call
 # packs /tmp/round_s into $OUT/round_s.tgz (tuned tables, tune logs, bench JSONs); merge the W4A8 table
 # here with lab/bench_verdict.py --merge.
+# Ran (2026-12-05): TUNE, BENCH and MERGE of "T deepseek-v4-flash bf16 --ep-size 8 --ep-rank 0" (defaults;
+# MERGE with tests deepseek-v4-flash-ep1of8), lab/table_ab.md.  Still to run (the device was withdrawn):
+#   SMALL=1,4,16,64 LARGE= ... TUNE / BENCH / MERGE of the same part (the T = 3-8 pair at T = 4 and 16)
+#   SMALL=1,2,3,4,6,8,16,32,64,128 LARGE=256,512,1024,2048,4096,8192,16384 ... TUNE / BENCH / MERGE of
+#     "T deepseek-v3 bf16 --ep-size 8 --ep-rank 0" (MERGE deepseek-v3 "--ep-size 8 --ep-rank 0")
+#   W4A8, then here: lab/bench_verdict.py A B --merge TUNED configs/dispatch/.../e256-l256-k8-h7168-i2048-fp8.json
 set -uo pipefail
 D=${OUT:-/tmp}
 SMALL=${SMALL-2,3,6,8,32,128} LARGE=${LARGE-512,2048,8192}

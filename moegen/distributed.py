@@ -86,7 +86,8 @@ def _unpack_rows(rows: torch.Tensor, *likes: torch.Tensor) -> list[torch.Tensor]
     parts, start = [], 0
     for like in likes:
         width = like.shape[1] * like.element_size()
-        parts.append(rows[:, start:start + width].contiguous().view(like.dtype))
+        # a copy of its own: a slice's byte offset need not be a multiple of the part's element size
+        parts.append(rows[:, start:start + width].clone(memory_format=torch.contiguous_format).view(like.dtype))
         start += width
     return parts
 

@@ -148,3 +148,19 @@ def test_rank_spec_and_bad_modes():
         DistributedMoe(spec, lambda *a: None, FakeGroups, mode="auto")  # ranks would choose apart
     with pytest.raises(ValueError, match="is not this rank's"):
         DistributedMoe(SPEC, lambda *a: None, FakeGroups)
+
+
+@pytest.mark.parametrize("T", [0, 1, 5])
+def test_a_tokens_rows_cross_as_one_row_of_bytes(T):
+    """What one collective carries: hidden (bf16), ids (int32) and weights (fp32) of a token side by side,
+    back bit for bit, each part contiguous (the experts' C ABI takes dense rows)."""
+    from moegen.distributed import _pack_rows, _unpack_rows
+    g = torch.Generator().manual_seed(T)
+    hidden = torch.randn(T, 7, generator=g).to(torch.bfloat16)
+    ids = torch.randint(-1, 300, (T, 3), generator=g, dtype=torch.int32)
+    weights = torch.rand(T, 3, generator=g)
+    rows = _pack_rows(hidden, ids[:, [2, 0, 1]][:, [1, 2, 0]], weights)  # a non-contiguous part too
+    assert rows.dtype == torch.uint8 and rows.shape == (T, 7 * 2 + 3 * 4 + 3 * 4)
+    parts = _unpack_rows(rows.clone(), hidden, ids, weights)
+    for got, want in zip(parts, (hidden, ids, weights)):
+        assert got.dtype == want.dtype and got.is_contiguous() and torch.equal(got, want)

@@ -10,7 +10,8 @@
 #   BENCH PART       bench tuned against shipped at those T, both orders
 #   MERGE MODEL SPLIT [TESTS]  lab/bench_verdict.py --merge of the tuned table into configs/dispatch's (the
 #                    buckets both bench orders confirm), copied to $OUT; the default build of that table
-#                    (links from the carried objects) and `moegen check` of it; TESTS: a -k expression of
+#                    (links from the carried objects) and `moegen check` of it at the bucket edges
+#                    (CHECK_TOKENS; the default covers SMALL and LARGE's defaults); TESTS: a -k expression of
 #                    tests/test_gpu_layer.py to run on it (MOEGEN_TEST_KERNELS=default)
 #   W4A8             DeepSeek-V3 W4A8 at 32,128,512,2048,8192: tune and bench (its table has 2-8)
 # PART is round s's part string, e.g. "T deepseek-v4-flash bf16 --ep-size 8 --ep-rank 0".  Every call
@@ -20,7 +21,8 @@
 # MERGE with tests deepseek-v4-flash-ep1of8), lab/table_ab.md.  Still to run (the device was withdrawn):
 #   SMALL=1,4,16,64 LARGE= ... TUNE / BENCH / MERGE of the same part (the T = 3-8 pair at T = 4 and 16)
 #   SMALL=1,2,3,4,6,8,16,32,64,128 LARGE=256,512,1024,2048,4096,8192,16384 ... TUNE / BENCH / MERGE of
-#     "T deepseek-v3 bf16 --ep-size 8 --ep-rank 0" (MERGE deepseek-v3 "--ep-size 8 --ep-rank 0")
+#     "T deepseek-v3 bf16 --ep-size 8 --ep-rank 0" (MERGE deepseek-v3 "--ep-size 8 --ep-rank 0", with
+#     CHECK_TOKENS=0,1,2,3,4,5,8,9,16,17,33,64,65,128,129,256,257,513,1024,1025,2049,4096,4097,8193,16384)
 #   W4A8, then here: lab/bench_verdict.py A B --merge TUNED configs/dispatch/.../e256-l256-k8-h7168-i2048-fp8.json
 set -uo pipefail
 D=${OUT:-/tmp}
@@ -48,7 +50,7 @@ print(s.variant, ProblemKey.of(s).slug)" $split) || exit 1
   python3 -m moegen build --model $model $split --arch sm90 --out generated/_chk --objects generated/.objects -j 16 \
     > $D/build-$variant.txt 2>&1 || { rc=1; tail -3 $D/build-$variant.txt; }
   timeout -k 5 200 python3 -m moegen check --model $model $split --out generated/_chk \
-    --tokens 0,1,2,3,5,8,9,33,128,129,512,513,2048,2049,8192,8193 > $D/check-$variant.txt 2>&1 || rc=1
+    --tokens ${CHECK_TOKENS:-0,1,2,3,5,8,9,33,128,129,512,513,2048,2049,8192,8193} > $D/check-$variant.txt 2>&1 || rc=1
   tail -3 $D/check-$variant.txt
   if [ -n "$tests" ]; then
     (MOEGEN_TEST_KERNELS=default timeout -k 5 150 python3 -m pytest -m gpu tests/test_gpu_layer.py -q \

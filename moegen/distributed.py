@@ -74,8 +74,9 @@ def _acc(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-# A token's hidden row, ids and weights travel as one row of bytes: one collective per exchange, not
-# three (each a launch and a latency of its own, which at decode cost more than the bytes).
+# A token's ids and weights travel as one row of bytes, so each exchange is two collectives, not three
+# (each a launch and a latency of its own, which at decode cost more than the bytes).  The hidden rows go
+# straight into their own buffer: packed beside them they would be copied twice more on the way.
 def _pack_rows(*parts: torch.Tensor) -> torch.Tensor:
     """[T, bytes of one row of every part]: the parts' rows side by side as uint8 (each part [T, n])."""
     return torch.cat([p.contiguous().view(torch.uint8) for p in parts], dim=1)
@@ -125,10 +126,12 @@ class DistributedMoe:
         if g.ep_size == 1:
             return self.experts(hidden, ids, weights).to(_acc(hidden))
         T = hidden.shape[0]
-        rows = _pack_rows(hidden, ids, weights)
-        all_rows = rows.new_empty((g.ep_size * T, rows.shape[1]))
-        dist.all_gather_into_tensor(all_rows, rows, group=g.ep)
-        partial = self.experts(*_unpack_rows(all_rows, hidden, ids, weights)).to(_acc(hidden))
+        all_hidden = hidden.new_empty((g.ep_size * T, hidden.shape[1]))
+        dist.all_gather_into_tensor(all_hidden, hidden.contiguous(), group=g.ep)
+        routes = _pack_rows(ids, weights)
+        all_routes = routes.new_empty((g.ep_size * T, routes.shape[1]))
+        dist.all_gather_into_tensor(all_routes, routes, group=g.ep)
+        partial = self.experts(all_hidden, *_unpack_rows(all_routes, ids, weights)).to(_acc(hidden))
         out = partial.new_empty((T, hidden.shape[1]))
         dist.reduce_scatter_tensor(out, partial, group=g.ep)
         return out
@@ -155,10 +158,12 @@ class DistributedMoe:
         # (rank, token) pairs in rank order: one copy of a token per rank that owns any of its experts
         token = torch.nonzero_static(to_rank.t(), size=sum(send))[:, 1]
         n_in = sum(recv)
-        rows = _pack_rows(hidden[token], ids[token], weights[token])
-        in_rows = rows.new_empty((n_in, rows.shape[1]))
-        dist.all_to_all_single(in_rows, rows, recv, send, group=g.ep)
-        partial = self.experts(*_unpack_rows(in_rows, hidden, ids, weights)).to(_acc(hidden))
+        in_hidden = hidden.new_empty((n_in, H))
+        dist.all_to_all_single(in_hidden, hidden[token].contiguous(), recv, send, group=g.ep)
+        routes = _pack_rows(ids[token], weights[token])
+        in_routes = routes.new_empty((n_in, routes.shape[1]))
+        dist.all_to_all_single(in_routes, routes, recv, send, group=g.ep)
+        partial = self.experts(in_hidden, *_unpack_rows(in_routes, ids, weights)).to(_acc(hidden))
         back = partial.new_empty((len(token), H))
         dist.all_to_all_single(back, partial.contiguous(), send, recv, group=g.ep)
         # Each token's partials added in rank order (deterministic): `back` is in send order, rank by rank,

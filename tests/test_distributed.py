@@ -152,8 +152,9 @@ def test_rank_spec_and_bad_modes():
 
 @pytest.mark.parametrize("T", [0, 1, 5])
 def test_a_tokens_rows_cross_as_one_row_of_bytes(T):
-    """What one collective carries: hidden (bf16), ids (int32) and weights (fp32) of a token side by side,
-    back bit for bit, each part contiguous (the experts' C ABI takes dense rows)."""
+    """The packing that lets one collective carry a token's ids and weights: parts of any types side by
+    side (here bf16 first, so that the int32 part starts at byte 14, not a multiple of 4), back bit for bit, each
+    part contiguous (the experts' C ABI takes dense rows)."""
     from moegen.distributed import _pack_rows, _unpack_rows
     g = torch.Generator().manual_seed(T)
     hidden = torch.randn(T, 7, generator=g).to(torch.bfloat16)

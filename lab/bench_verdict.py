@@ -58,14 +58,13 @@ def main(argv):
     table = json.load(open(tuned_path))
     if mode == "--merge":
         old = {b["tokens"]: b for b in json.load(open(out_path))["buckets"]}
-        unconfirmed = {b["tokens"] for b in table["buckets"]
-                       if not (b["tokens"] in verdict and confirmed(*verdict[b["tokens"]][:3]))}
+        tuned = {b["tokens"]: b for b in table["buckets"]}
+        unconfirmed = {t for t in tuned if not (t in verdict and confirmed(*verdict[t][:3]))}
         # a retuned bucket the bench did not confirm keeps its shipped pair; a new one is left out
-        kept = {t for t in unconfirmed if t in old and (old[t]["gemm1"], old[t]["gemm2"]) !=
-                next((b["gemm1"], b["gemm2"]) for b in table["buckets"] if b["tokens"] == t)}
-        drop = {t for t in unconfirmed if t not in old}
-        table["buckets"] = [old[b["tokens"]] if b["tokens"] in kept else b
-                            for b in table["buckets"] if b["tokens"] not in drop]
+        pair = lambda b: (b["gemm1"], b["gemm2"])
+        kept = {t for t in unconfirmed if t in old and pair(old[t]) != pair(tuned[t])}
+        drop = unconfirmed - old.keys()
+        table["buckets"] = [old[t] if t in kept else b for t, b in tuned.items() if t not in drop]
         table["measurements"] = [m for m in table["measurements"] if m[0] not in drop]
         print("left out:", sorted(drop), "shipped pair kept:", sorted(kept))
     elif mode == "--override":

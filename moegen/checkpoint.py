@@ -10,15 +10,19 @@ Layouts (the model directory's config.json `model_type` picks one):
 * ``deepseek_v4``: ``layers.{i}.ffn.experts.{j}.{w1,w3,w2}.{weight,scale}`` (two e2m1 per byte [N, K/2],
   e8m0 scales [N, K/32]; w1 gate, w3 up, w2 down), router ``layers.{i}.ffn.gate.weight`` with
   ``.bias`` (the selection bias) or, for the first ``num_hash_layers`` layers, ``.tid2eid``.
-* ``deepseek_v3``: ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.{weight,weight_scale_inv}``
-  (FP8 e4m3 with one fp32 scale per 128 x 128 block), quantized to MXFP4 with moegen.mxfp4; router
+* ``deepseek_v3`` (and the models that reuse its layer and names: ``deepseek_v32`` DeepSeek-V3.2,
+  ``kimi_k2`` Kimi-K2, ``glm4_moe`` GLM-4.5 and later):
+  ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.{weight,weight_scale_inv}`` (FP8 e4m3 with one
+  fp32 scale per 128 x 128 block; GLM's releases bf16), quantized to MXFP4 with moegen.mxfp4; router
   ``model.layers.{i}.mlp.gate.{weight,e_score_correction_bias}``.
 * ``qwen3_moe``: ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.weight`` (bf16), quantized to
   MXFP4; router ``model.layers.{i}.mlp.gate.weight``.
 
-Both float layouts read either release format: block-scaled FP8 where config.json's
-``quantization_config`` says ``fp8`` with 128 x 128 blocks (DeepSeek-V3, Qwen3's FP8 releases), else
-bf16 (Qwen3, DeepSeek-V3 converted to bf16).
+Both float layouts read every release format their models ship in, as config.json's
+``quantization_config`` says: none, bf16 (Qwen3, GLM-4.5, DeepSeek-V3 converted to bf16); ``fp8`` with
+128 x 128 blocks (DeepSeek-V3 and V3.2, Kimi-K2, Qwen3's FP8 releases: ``weight_scale_inv`` per block);
+compressed-tensors ``float-quantized`` FP8 per output channel (GLM-4.5's FP8 releases: ``weight_scale``
+[rows, 1]).  Other quantizations (Kimi-K2-Thinking's int4 compressed-tensors) are refused by name.
 
 config.json, where the directory has one, must describe the spec's layer (every size, router and
 activation field moegen reads from it), and `layer` must be one of its MoE layers.  Every missing
@@ -41,6 +45,12 @@ from .hf_config import config_key, spec_from_config_data
 from .spec import ModelSpec, SpecError, shown
 
 FP8_BLOCK = 128  # DeepSeek-V3's FP8 weights: one scale per 128 x 128 block
+# How a layout's experts are stored (see the module's docstring).
+MXFP4, BF16, FP8_BLOCKS, FP8_CHANNELS = "mxfp4", "bf16", "fp8 128x128 blocks", "fp8 per channel"
+DEEPSEEK_V3_LAYER = ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe")  # one layer, names and router
+# What a model directory without a config.json holds: the published release's format.
+PUBLISHED = {"gpt_oss": MXFP4, "deepseek_v4": MXFP4, "qwen3_moe": BF16, "glm4_moe": BF16,
+             "deepseek_v3": FP8_BLOCKS, "deepseek_v32": FP8_BLOCKS, "kimi_k2": FP8_BLOCKS}
 
 
 class CheckpointError(ValueError):
@@ -201,12 +211,12 @@ def _int_field(path: Path, config: dict, key: str) -> int | None:
 def _check_layer(path: Path, config: dict, model_type: str, layer: int) -> None:
     """layer must be one of the model's MoE layers, where config.json says which those are."""
     layers = _int_field(path, config, "num_hidden_layers")
-    if model_type in ("deepseek_v3", "deepseek_v4") and layers is not None:
+    if model_type in DEEPSEEK_V3_LAYER + ("deepseek_v4",) and layers is not None:
         layers += _int_field(path, config, "num_nextn_predict_layers") or 0  # the MTP layers follow, MoE too
     if layers is not None and layer >= layers:
         raise CheckpointError(f"layer: {layer}, expected 0..{layers - 1} ({path}: fields 'num_hidden_layers' and, "
-                              "for DeepSeek, 'num_nextn_predict_layers')")
-    if model_type in ("deepseek_v3", "deepseek_v4"):
+                              "for the DeepSeek-style layers, 'num_nextn_predict_layers')")
+    if model_type in DEEPSEEK_V3_LAYER + ("deepseek_v4",):
         dense = _int_field(path, config, "first_k_dense_replace") or 0
         every = _int_field(path, config, "moe_layer_freq") or 1
         if layer < dense or layer % every:
@@ -222,29 +232,38 @@ def _check_layer(path: Path, config: dict, model_type: str, layer: int) -> None:
                                   f"'decoder_sparse_step' = {step}), expected a MoE layer")
 
 
-def _fp8_experts(path: Path, config: dict, model_type: str) -> bool:
-    """Whether the float layouts store their experts as block-scaled FP8 (the DeepSeek-V3 format), from
-    config.json's quantization_config; anything else moegen does not read is refused here, by name."""
+def _float_format(path: Path, config: dict, model_type: str) -> str:
+    """How the layout's experts are stored, from config.json's quantization_config; anything else moegen
+    does not read is refused here, by name."""
     quant = config.get("quantization_config")
     if model_type == "deepseek_v4":
         dtype = config.get("expert_dtype", "fp4")
         if dtype != "fp4":
             raise CheckpointError(f"{path}: field 'expert_dtype' = {shown(dtype)}, expected 'fp4' (moegen reads "
                                   "DeepSeek-V4's MXFP4 experts)")
-        return False
-    if model_type not in ("deepseek_v3", "qwen3_moe") or quant is None:
-        return False
-    method = quant.get("quant_method") if isinstance(quant, dict) else None
-    block = quant.get("weight_block_size") if isinstance(quant, dict) else None
-    if method != "fp8" or block not in (None, [FP8_BLOCK, FP8_BLOCK]):
-        raise CheckpointError(f"{path}: field 'quantization_config' = {shown(quant)}, expected none (bf16 experts) "
-                              f"or quant_method 'fp8' with weight_block_size [{FP8_BLOCK}, {FP8_BLOCK}]")
-    return True
+        return MXFP4
+    if model_type == "gpt_oss":
+        return MXFP4  # its quantization_config (mxfp4) is hf_config's to check
+    if quant is None:
+        return BF16
+    q = quant if isinstance(quant, dict) else {}
+    if q.get("quant_method") == "fp8" and q.get("weight_block_size") in (None, [FP8_BLOCK, FP8_BLOCK]):
+        return FP8_BLOCKS
+    groups = q.get("config_groups")
+    weights = [g.get("weights") if isinstance(g, dict) else None for g in groups.values()] \
+        if isinstance(groups, dict) and groups else [None]
+    if q.get("quant_method") == "compressed-tensors" and q.get("format") == "float-quantized" and all(
+            isinstance(w, dict) and (w.get("num_bits"), w.get("type"), w.get("strategy")) == (8, "float", "channel")
+            for w in weights):
+        return FP8_CHANNELS
+    raise CheckpointError(f"{path}: field 'quantization_config' = {shown(quant)}, expected none (bf16 experts), "
+                          f"quant_method 'fp8' with weight_block_size [{FP8_BLOCK}, {FP8_BLOCK}], or compressed-tensors "
+                          "float-quantized with 8-bit float per-channel weights")
 
 
 # --- the layouts ------------------------------------------------------------------------------------
 
-def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool,
+def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
              device: torch.device) -> tuple[RawExperts, dict]:
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
     e0, e1 = spec.expert_begin, spec.expert_begin + spec.local_experts
@@ -273,7 +292,7 @@ def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: boo
     return raw, router
 
 
-def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool,
+def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
                  device: torch.device) -> tuple[RawExperts, dict]:
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
     (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
@@ -327,19 +346,22 @@ def _quantized(ck: Checkpoint, name: str, w: torch.Tensor) -> tuple[torch.Tensor
     return quantize(w)
 
 
-def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool,
+def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
                    device: torch.device) -> RawExperts:
     """Float (bf16, or block-scaled FP8) experts quantized to MXFP4 on `device`: a GPU's spares the CPU
     the work (2 cores take about 4 s per DeepSeek-V3 expert, 17 minutes a layer)."""
     H, I = spec.hidden_size, spec.intermediate_size
     (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
     p = f"model.layers.{layer}.mlp.experts"
-    dtypes = ("F8_E4M3",) if fp8 else ("BF16", "F16", "F32")
+    dtypes = ("BF16", "F16", "F32") if stored == BF16 else ("F8_E4M3",)
 
     def read(name: str, shape: tuple, rows: slice, cols: slice) -> torch.Tensor:
         w = ck.slice(f"{name}.weight", shape, dtypes, (rows, cols)).to(device)
-        if not fp8:
+        if stored == BF16:
             return w.float()
+        if stored == FP8_CHANNELS:  # one scale per output row
+            s = ck.slice(f"{name}.weight_scale", (shape[0], 1), ("F32", "BF16"), (rows,))
+            return w.float() * s.float().to(device)
         blocks = (-(-shape[0] // FP8_BLOCK), -(-shape[1] // FP8_BLOCK))
         r0, c0_ = rows.start or 0, cols.start or 0
         r_end, c_end = rows.stop or shape[0], cols.stop or shape[1]
@@ -361,23 +383,24 @@ def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp
     return RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
 
 
-def _deepseek_v3(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool,
+def _deepseek_v3(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
                  device: torch.device) -> tuple[RawExperts, dict]:
     E, H = spec.num_experts, spec.hidden_size
     p = f"model.layers.{layer}.mlp.gate"
-    return _float_experts(ck, spec, layer, tp_rank, fp8, device), dict(
+    return _float_experts(ck, spec, layer, tp_rank, stored, device), dict(
         router_weight=ck.slice(f"{p}.weight", (E, H), ("BF16", "F32")),
         score_bias=ck.slice(f"{p}.e_score_correction_bias", (E,), ("F32", "BF16")).float())
 
 
-def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, fp8: bool,
+def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
                device: torch.device) -> tuple[RawExperts, dict]:
-    return _float_experts(ck, spec, layer, tp_rank, fp8, device), dict(
+    return _float_experts(ck, spec, layer, tp_rank, stored, device), dict(
         router_weight=ck.slice(f"model.layers.{layer}.mlp.gate.weight", (spec.num_experts, spec.hidden_size),
                                ("BF16", "F32")))
 
 
-LAYOUTS = {"gpt_oss": _gpt_oss, "deepseek_v4": _deepseek_v4, "deepseek_v3": _deepseek_v3, "qwen3_moe": _qwen3_moe}
+LAYOUTS = {"gpt_oss": _gpt_oss, "deepseek_v4": _deepseek_v4, "qwen3_moe": _qwen3_moe,
+           **{t: _deepseek_v3 for t in DEEPSEEK_V3_LAYER}}
 
 
 def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_rank: int = 0,
@@ -403,12 +426,12 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
     if not isinstance(model_type, str) or model_type not in LAYOUTS:
         raise CheckpointError(f"{path}: model_type {shown(model_type)}, expected one of "
                               f"{', '.join(LAYOUTS)} (the layouts moegen loads)")
-    fp8 = model_type == "deepseek_v3"  # without a config.json: the published format
+    stored = PUBLISHED[model_type]
     if path.is_file():
         _described_layer(path, config, spec, model_type)
         _check_layer(path, config, model_type, layer)
-        fp8 = _fp8_experts(path, config, model_type)
-    return LAYOUTS[model_type](ck, spec, layer, tp_rank, fp8, device)
+        stored = _float_format(path, config, model_type)
+    return LAYOUTS[model_type](ck, spec, layer, tp_rank, stored, device)
 
 
 def load_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_rank: int = 0,

@@ -59,9 +59,13 @@ def _deepseek_v4(c: _Config) -> dict:
                 activation=dict(kind="swiglu", limit=None if limit is None else float(limit)))
 
 
-def _deepseek_v3(c: _Config) -> dict:
-    c.one_of("scoring_func", ("sigmoid",))
-    c.one_of("topk_method", ("noaux_tc",))  # score + correction bias; groups scored by their top-2 sum
+def _deepseek_v3(c: _Config, router_in_config: bool = True) -> dict:
+    """DeepSeek-V3's MoE layer, which DeepSeek-V3.2, Kimi-K2 and GLM-4.5 reuse unchanged."""
+    # router_in_config: both router fields are required; else the modelling code fixes them where absent.
+    # noaux_tc: scores plus the correction bias choose; groups are scored by their top-2 sum.
+    c.one_of("scoring_func", ("sigmoid",), ... if router_in_config else "sigmoid")
+    c.one_of("topk_method", ("noaux_tc",), ... if router_in_config else "noaux_tc")
+    c.one_of("hidden_act", ("silu",), "silu")
     return dict(num_experts=c.get("n_routed_experts", int), hidden_size=c.get("hidden_size", int),
                 intermediate_size=c.get("moe_intermediate_size", int),
                 router=dict(kind="sigmoid_group_topk", top_k=c.get("num_experts_per_tok", int),
@@ -69,6 +73,12 @@ def _deepseek_v3(c: _Config) -> dict:
                             group_score="top2_sum", score_bias=True, renormalize=c.get("norm_topk_prob", bool, True),
                             routed_scaling_factor=c.get("routed_scaling_factor", (int, float), 1.0)),
                 activation=dict(kind="swiglu"))
+
+
+def _glm4_moe(c: _Config) -> dict:
+    """GLM-4.5's config.json names neither scoring_func nor topk_method: its modelling code (transformers'
+    Glm4MoeTopkRouter) is DeepSeek-V3's router."""
+    return _deepseek_v3(c, router_in_config=False)
 
 
 def _gpt_oss(c: _Config) -> dict:
@@ -95,7 +105,8 @@ def _qwen3_moe(c: _Config) -> dict:
 
 
 MODEL_TYPES: dict[str, Callable[[_Config], dict]] = {
-    "deepseek_v4": _deepseek_v4, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3_moe": _qwen3_moe}
+    "deepseek_v4": _deepseek_v4, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3_moe": _qwen3_moe,
+    "deepseek_v32": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe}
 
 
 def default_name(path: Path) -> str:
@@ -150,6 +161,7 @@ _SPEC_FIELD_SOURCES = {
     "qwen3_moe": {"intermediate_size": "moe_intermediate_size", "router.top_k": "num_experts_per_tok",
                   "router.renormalize": "norm_topk_prob"},
 }
+_SPEC_FIELD_SOURCES.update({t: _SPEC_FIELD_SOURCES["deepseek_v3"] for t in ("deepseek_v32", "kimi_k2", "glm4_moe")})
 _CONFIG_FIELD = re.compile(r"field '([^']+)'")
 
 

@@ -29,12 +29,22 @@ SPECS = {
                                     group_score="top2_sum", score_bias=True), activation=dict(kind="swiglu")),
     "qwen3_moe": dict(name="tiny-qwen", num_experts=8, hidden_size=64, intermediate_size=96,
                       router=dict(kind="softmax_topk", top_k=2), activation=dict(kind="swiglu")),
+    # DeepSeek-V3's layer and tensor names under other model types: Kimi-K2 (FP8, one expert group) and
+    # GLM-4.5 (bf16; its config.json names no router fields)
+    "kimi_k2": dict(name="tiny-kimi", num_experts=8, hidden_size=256, intermediate_size=192,
+                    router=dict(kind="sigmoid_group_topk", top_k=2, n_group=1, topk_group=1, group_score="top2_sum",
+                                score_bias=True, routed_scaling_factor=2.827), activation=dict(kind="swiglu")),
+    "glm4_moe": dict(name="tiny-glm", num_experts=8, hidden_size=64, intermediate_size=96,
+                     router=dict(kind="sigmoid_group_topk", top_k=2, n_group=1, topk_group=1, group_score="top2_sum",
+                                 score_bias=True, routed_scaling_factor=2.5), activation=dict(kind="swiglu")),
 }
+DEEPSEEK_V3_LAYER = ("deepseek_v3", "kimi_k2", "glm4_moe")
+PUBLISHED_FP8 = ("deepseek_v3", "kimi_k2")
 
 
-def config_json(model_type: str, spec, fp8: bool) -> dict:
-    """The config.json a published model of this architecture would carry for spec's layer (fp8: its
-    float experts stored as block-scaled FP8, as DeepSeek-V3's and Qwen3's FP8 releases are)."""
+def config_json(model_type: str, spec, fp8) -> dict:
+    """The config.json a published model of this architecture would carry for spec's layer (fp8: how its
+    float experts are stored, as write_checkpoint takes it)."""
     r, E, H, I = spec.router, spec.num_experts, spec.hidden_size, spec.intermediate_size
     common = dict(model_type=model_type, hidden_size=H, num_experts_per_tok=r.top_k, num_hidden_layers=4)
     return dict(common, **{
@@ -49,10 +59,23 @@ def config_json(model_type: str, spec, fp8: bool) -> dict:
                             routed_scaling_factor=r.routed_scaling_factor, first_k_dense_replace=1),
         "qwen3_moe": dict(num_experts=E, moe_intermediate_size=I, norm_topk_prob=r.renormalize, hidden_act="silu",
                           decoder_sparse_step=1, mlp_only_layers=[]),
-    }[model_type], **(dict(quantization_config=FP8_QUANTIZATION) if fp8 else {}))
+        "kimi_k2": dict(n_routed_experts=E, moe_intermediate_size=I, scoring_func="sigmoid", topk_method="noaux_tc",
+                        n_group=r.n_group, topk_group=r.topk_group, norm_topk_prob=r.renormalize,
+                        routed_scaling_factor=r.routed_scaling_factor, first_k_dense_replace=1, hidden_act="silu"),
+        "glm4_moe": dict(n_routed_experts=E, moe_intermediate_size=I, n_group=r.n_group, topk_group=r.topk_group,
+                         norm_topk_prob=r.renormalize, routed_scaling_factor=r.routed_scaling_factor,
+                         first_k_dense_replace=1, n_shared_experts=1, hidden_act="silu"),
+    }[model_type], **({} if not fp8 else dict(quantization_config=dict(
+        blocks=FP8_QUANTIZATION, ue8m0=dict(FP8_QUANTIZATION, scale_fmt="ue8m0"), channels=FP8_CHANNEL_QUANTIZATION)[fp8])))
 
 
 FP8_QUANTIZATION = dict(activation_scheme="dynamic", fmt="e4m3", quant_method="fp8", weight_block_size=[128, 128])
+# compressed-tensors' FP8 with a scale per output channel (GLM-4.5-FP8's config.json)
+FP8_CHANNEL_QUANTIZATION = dict(quant_method="compressed-tensors", format="float-quantized", config_groups=dict(
+    group_0=dict(targets=["Linear"], weights=dict(num_bits=8, type="float", strategy="channel", dynamic=False,
+                                                  symmetric=True),
+                 input_activations=dict(num_bits=8, type="float", strategy="token", dynamic=True, symmetric=True))),
+    ignore=["lm_head"])
 
 LAYER = 1  # a layer above DeepSeek-V4's one hash layer of these specs
 
@@ -64,7 +87,10 @@ def _raw_mxfp4(g, E, N, K):
 
 
 def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
-    """A model directory in the layout of model_type, and the weights it holds in moegen's order."""
+    """A model directory in the layout of model_type, and the weights it holds in moegen's order.  fp8
+    (float layouts): None, the published format; False, bf16; True or "blocks", e4m3 with a scale per
+    128 x 128 block (DeepSeek-V3's); "ue8m0", those scales powers of two (DeepSeek-V3.1 and later);
+    "channels", e4m3 with a scale per output row (compressed-tensors, GLM-4.5's FP8 releases)."""
     spec = model_from_dict(SPECS[model_type])
     E, H, I = spec.num_experts, spec.hidden_size, spec.intermediate_size
     g = torch.Generator().manual_seed(SEED)
@@ -105,16 +131,24 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
             t[f"{p}.gate.bias"] = torch.randn(E, generator=g)
             t["layers.0.ffn.gate.tid2eid"] = torch.randint(0, E, (100, 2), generator=g, dtype=torch.int32)
     else:
-        fp8 = model_type == "deepseek_v3" if fp8 is None else fp8
+        fp8 = model_type in PUBLISHED_FP8 if fp8 is None else fp8
+        fp8 = "blocks" if fp8 is True else fp8
         w13f = torch.randn(E, 2 * I, H, generator=g) * 0.02
         w2f = torch.randn(E, H, I, generator=g) * 0.02
         p = f"model.layers.{LAYER}.mlp"
         for j in range(E):
             for name, w in (("gate_proj", w13f[j, :I]), ("up_proj", w13f[j, I:]), ("down_proj", w2f[j])):
                 key = f"{p}.experts.{j}.{name}"
-                if fp8:  # e4m3 values, one fp32 scale per 128 x 128 block
+                if fp8 == "channels":  # e4m3 values, one fp32 scale per output row
+                    scale = torch.rand(w.shape[0], 1, generator=g) * 1e-3 + 1e-4
+                    q = (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+                    t[f"{key}.weight"], t[f"{key}.weight_scale"] = q, scale
+                    w.copy_(q.float() * scale)
+                elif fp8:  # e4m3 values, one fp32 scale per 128 x 128 block
                     rb, cb = -(-w.shape[0] // 128), -(-w.shape[1] // 128)
                     scale = torch.rand(rb, cb, generator=g) * 1e-3 + 1e-4
+                    if fp8 == "ue8m0":
+                        scale = torch.exp2(torch.randint(-10, -6, (rb, cb), generator=g).float())
                     full = scale.repeat_interleave(128, 0)[:w.shape[0]].repeat_interleave(128, 1)[:, :w.shape[1]]
                     # clamped: before torch 2.13 an out-of-range cast to e4m3fn gives NaN, not 448
                     q = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
@@ -125,7 +159,7 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
                     w.copy_(w.to(torch.bfloat16).float())
         truth.update(w13f=w13f, w2f=w2f)
         t[f"{p}.gate.weight"] = torch.randn(E, H, generator=g).to(torch.bfloat16)
-        if model_type == "deepseek_v3":
+        if model_type in DEEPSEEK_V3_LAYER:
             t[f"{p}.gate.e_score_correction_bias"] = torch.randn(E, generator=g)
     names = sorted(t)
     weight_map = {}
@@ -135,7 +169,7 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
         save_file(part, str(tmp_path / file))
         weight_map.update((n, file) for n in part)
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (tmp_path / "config.json").write_text(json.dumps(config_json(model_type, spec, bool(fp8))))
+    (tmp_path / "config.json").write_text(json.dumps(config_json(model_type, spec, fp8)))
     return spec, t, truth
 
 
@@ -182,7 +216,7 @@ def test_loaded_experts_are_this_ranks_slices(tmp_path, model_type, split):
             assert got.dtype == value.dtype and torch.equal(got, value), (name, tp_rank)
         assert (raw.b13 is None) == ("b13" not in want)
         assert router["router_weight"].shape == (full.num_experts, full.hidden_size)
-    if model_type == "deepseek_v3":  # the FP8 block scales were applied: the dequantized slice is close
+    if model_type in PUBLISHED_FP8:  # the FP8 block scales were applied: the dequantized slice is close
         d = dequantize(raw.w13[0], raw.s13[0])
         ref = truth["w13f"][spec.expert_begin][torch.cat((torch.arange(96, 192), torch.arange(288, 384)))] \
             if spec.parallel.tp_size == 2 else None
@@ -206,7 +240,7 @@ def test_load_experts_prepares_and_returns_the_router(tmp_path, model_type):
     if model_type == "gpt_oss":
         assert layer.router_bias is not None
         torch.testing.assert_close(logits, hidden.float() @ layer.router_weight.float().t() + layer.router_bias.float())
-    assert (layer.score_bias is not None) == (model_type in ("deepseek_v4", "deepseek_v3"))
+    assert (layer.score_bias is not None) == (model_type in ("deepseek_v4",) + DEEPSEEK_V3_LAYER)
 
 
 def test_deepseek_v4_hash_layer_returns_its_table(tmp_path):
@@ -270,6 +304,17 @@ def test_float_experts_in_either_release_format(tmp_path, model_type, fp8):
         assert torch.equal(getattr(raw, name), value), name
 
 
+@pytest.mark.parametrize("model_type, fp8", [("deepseek_v3", "ue8m0"), ("glm4_moe", "channels")])
+def test_the_other_fp8_releases(tmp_path, model_type, fp8):
+    """DeepSeek-V3.1 and later declare scale_fmt ue8m0 (block scales that are powers of two, stored as
+    F32); GLM-4.5's FP8 releases are compressed-tensors with a scale per output row (weight_scale)."""
+    spec, tensors, truth = write_checkpoint(tmp_path, model_type, fp8=fp8)
+    assert any(t.dtype == torch.float8_e4m3fn for t in tensors.values())
+    raw, _ = load_raw_experts(tmp_path, spec, LAYER)
+    for name, value in expected_raw(spec, truth, 0).items():
+        assert torch.equal(getattr(raw, name), value), name
+
+
 def _edit_config(tmp_path, **changes):
     path = tmp_path / "config.json"
     config = json.loads(path.read_text())
@@ -303,9 +348,23 @@ def _edit_config(tmp_path, **changes):
     # experts stored in a format moegen does not read
     ("deepseek_v4", dict(expert_dtype="fp8"), LAYER, "field 'expert_dtype' = 'fp8', expected 'fp4'"),
     ("qwen3_moe", dict(quantization_config=dict(quant_method="awq", bits=4)), LAYER,
-     "field 'quantization_config' = {'quant_method': 'awq', 'bits': 4}, expected none (bf16 experts) or quant_method 'fp8'"),
+     "field 'quantization_config' = {'quant_method': 'awq', 'bits': 4}, expected none (bf16 experts), quant_method 'fp8'"),
     ("deepseek_v3", dict(quantization_config=dict(FP8_QUANTIZATION, weight_block_size=[64, 64])), LAYER,
      "with weight_block_size [128, 128]"),
+    ("kimi_k2", dict(quantization_config=dict(quant_method="compressed-tensors", format="pack-quantized")), LAYER,
+     "field 'quantization_config' = {'quant_method': 'compressed-tensors', 'format': 'pack-quantized'}, expected "
+     "none (bf16 experts), quant_method 'fp8'"),
+    ("glm4_moe", dict(quantization_config=dict(FP8_CHANNEL_QUANTIZATION, config_groups=dict(group_0=dict(
+        weights=dict(num_bits=8, type="float", strategy="tensor"))))), LAYER,
+     "or compressed-tensors float-quantized with 8-bit float per-channel weights"),
+    # the models that reuse DeepSeek-V3's layer are checked as it is
+    ("kimi_k2", dict(scoring_func=None), LAYER, "field 'scoring_func' = None: expected a string"),
+    ("kimi_k2", dict(routed_scaling_factor=2.5), LAYER,
+     "field 'routed_scaling_factor' = 2.5, but spec tiny-kimi has router.routed_scaling_factor = 2.827"),
+    ("glm4_moe", dict(scoring_func="softmax"), LAYER, "field 'scoring_func' = 'softmax': expected one of 'sigmoid'"),
+    ("glm4_moe", dict(hidden_act="gelu"), LAYER, "field 'hidden_act' = 'gelu': expected one of 'silu'"),
+    ("glm4_moe", dict(), 0, "layer: 0 is a dense MLP, expected a MoE layer: >= 1"),
+    ("glm4_moe", dict(num_hidden_layers=1, num_nextn_predict_layers=1), 2, "layer: 2, expected 0..1"),
 ])
 def test_a_config_that_describes_another_layer_is_refused(tmp_path, model_type, changes, layer, message):
     spec, _, _ = write_checkpoint(tmp_path, model_type, shards=1)
@@ -393,6 +452,30 @@ def test_published_configs_pass_the_checks_with_the_shipped_specs(tmp_path, mode
     if model == "deepseek-v3":
         with pytest.raises(CheckpointError, match="layer: 2 is a dense MLP, expected a MoE layer: >= 3"):
             load_raw_experts(tmp_path, load_model(model), 2)
+
+
+UNSHIPPED = {"glm-4.6": ("model.layers.3.mlp.experts.0.gate_proj.weight", "BF16 or F16 or F32", 2),
+             "glm-4.5-air": ("model.layers.3.mlp.experts.0.gate_proj.weight", "BF16 or F16 or F32", 0),
+             "kimi-k2-instruct": ("model.layers.3.mlp.experts.0.gate_proj.weight", "F8_E4M3", 0),
+             "deepseek-v3.2": ("model.layers.3.mlp.experts.0.gate_proj.weight", "F8_E4M3", 2)}
+
+
+@pytest.mark.parametrize("model", sorted(UNSHIPPED))
+def test_published_configs_of_models_without_a_shipped_spec(tmp_path, model):
+    """A published config.json of a model moegen ships no spec for, with the spec `moegen spec
+    --from-config` writes from it: the loader's checks pass and it reads the release's format."""
+    from pathlib import Path
+    from moegen.hf_config import spec_from_config
+    config = Path(__file__).parent / "data" / "hf_configs" / "unshipped" / f"{model}.json"
+    (tmp_path / "config.json").write_text(config.read_text())
+    save_file({"unrelated": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
+    first, dtypes, dense_layer = UNSHIPPED[model]
+    spec = spec_from_config(config)
+    for s in (spec, spec.with_parallel(tp_size=2, ep_size=8, ep_rank=0)):
+        with pytest.raises(CheckpointError, match=f"no tensor '{first}' \\(expected {dtypes} "):
+            load_raw_experts(tmp_path, s, 3)
+    with pytest.raises(CheckpointError, match=f"layer: {dense_layer} is a dense MLP"):  # below first_k_dense_replace
+        load_raw_experts(tmp_path, spec, dense_layer)
 
 
 def test_deepseeks_mtp_layer_loads_and_an_empty_config_is_checked(tmp_path):

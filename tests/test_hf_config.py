@@ -93,3 +93,56 @@ def test_missing_field_and_unreadable_file(tmp_path):
     (tmp_path / "list.json").write_text("[1]")
     with pytest.raises(SpecError, match="top level = list"):
         spec_from_config(tmp_path / "list.json")
+
+
+UNSHIPPED = CONFIGS / "unshipped"
+DEEPSEEK_V3_ROUTER = dict(kind="sigmoid_group_topk", group_score="top2_sum", score_bias=True, renormalize=True,
+                          hash_layers=0)
+
+
+@pytest.mark.parametrize("model, sizes, router", [
+    ("glm-4.6", dict(num_experts=160, hidden_size=5120, intermediate_size=1536),
+     dict(top_k=8, n_group=1, topk_group=1, routed_scaling_factor=2.5)),
+    ("glm-4.5-air", dict(num_experts=128, hidden_size=4096, intermediate_size=1408),
+     dict(top_k=8, n_group=1, topk_group=1, routed_scaling_factor=1.0)),
+    ("kimi-k2-instruct", dict(num_experts=384, hidden_size=7168, intermediate_size=2048),
+     dict(top_k=8, n_group=1, topk_group=1, routed_scaling_factor=2.827)),
+    ("deepseek-v3.2", dict(num_experts=256, hidden_size=7168, intermediate_size=2048),
+     dict(top_k=8, n_group=8, topk_group=4, routed_scaling_factor=2.5)),
+])
+def test_models_that_reuse_deepseek_v3s_layer(model, sizes, router):
+    """GLM-4.5 and later (glm4_moe), Kimi-K2 (kimi_k2) and DeepSeek-V3.2 (deepseek_v32) publish DeepSeek-V3's
+    MoE layer under their own model types; GLM's config.json omits the router's scoring fields."""
+    spec = spec_from_config(UNSHIPPED / f"{model}.json")
+    d = spec.to_dict()
+    assert spec.name == model and {k: d[k] for k in sizes} == sizes
+    assert d["router"] == dict(DEEPSEEK_V3_ROUTER, **router)
+    assert d["activation"] == dict(kind="swiglu", limit=None, alpha=1.0) and not any(d["bias"].values())
+
+
+def test_a_model_with_a_shipped_models_layer_gets_its_table():
+    """Dispatch tables are keyed by the problem, not the model: DeepSeek-V3.2's layer is DeepSeek-V3's."""
+    from moegen.problem import ProblemKey
+    v32 = spec_from_config(UNSHIPPED / "deepseek-v3.2.json")
+    assert ProblemKey.of(v32) == ProblemKey.of(load_model("deepseek-v3"))
+    assert ProblemKey.of(v32.with_parallel(ep_size=8)) == ProblemKey.of(load_model("deepseek-v3").with_parallel(ep_size=8))
+
+
+@pytest.mark.parametrize("model_type, change, message", [
+    ("glm4_moe", dict(scoring_func="softmax"), "field 'scoring_func' = 'softmax': expected one of 'sigmoid'"),
+    ("glm4_moe", dict(topk_method="greedy"), "field 'topk_method' = 'greedy': expected one of 'noaux_tc'"),
+    ("kimi_k2", dict(scoring_func=None), "field 'scoring_func' = None: expected a string (field is required)"),
+    ("deepseek_v32", dict(hidden_act="gelu"), "field 'hidden_act' = 'gelu': expected one of 'silu'"),
+    ("kimi_k2", dict(n_group=5), "field 'n_group' (the spec's router.n_group) = 5: expected a divisor of num_experts"),
+])
+def test_bad_configs_of_those_models(tmp_path, model_type, change, message):
+    name = {"glm4_moe": "glm-4.6", "kimi_k2": "kimi-k2-instruct", "deepseek_v32": "deepseek-v3.2"}[model_type]
+    config = json.loads((UNSHIPPED / f"{name}.json").read_text())
+    assert config["model_type"] == model_type
+    config.update(change)
+    config = {k: v for k, v in config.items() if v is not None}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SpecError) as excinfo:
+        spec_from_config(path, "x")
+    assert message in str(excinfo.value) and str(path) in str(excinfo.value) and "\n" not in str(excinfo.value)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Round b (2026-12-05): the first GPU run of the models `moegen spec --from-config` reads without a shipped
+# spec (tests/data/hf_configs/unshipped: GLM-4.6, GLM-4.5-Air, Kimi-K2-Instruct; DeepSeek-V3.2 is
+# DeepSeek-V3's layer and runs its table).  Each spec is written from its published config.json, built
+# with its default kernels (the fallback set: no table), SASS-audited and checked against the float64
+# reference at odd T, T = 0 and beyond the one-block routing, then at --ep-size 8 (Kimi-K2: 48 local experts).
+# Libraries: built here first and staged (`bash lab/stage_carry.sh generated/_new generated/.objects`,
+# carry [".carry"]) so the device only links; without them it compiles (16 cores, about 2 minutes).
+#   bash lab/round_20261205_b.sh          results in $OUT (one file per spec and split)
+# Not yet run: no device was lent in the session that wrote it.
+set -uo pipefail
+source lab/device_env.sh || exit 1
+D=${OUT:-/tmp}
+rc=0
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > $D/gpu.txt
+for model in kimi-k2-instruct glm-4.5-air glm-4.6; do
+  python3 -m moegen spec --from-config tests/data/hf_configs/unshipped/$model.json -o /tmp/$model.yaml || { rc=1; continue; }
+  for split in "" "--ep-size 8 --ep-rank 0"; do
+    tag=$model${split:+-ep8}
+    { python3 -m moegen build --model /tmp/$model.yaml $split --arch sm90 --out generated/_new \
+        --objects generated/.objects -j 16 \
+      && python3 -m moegen sass --model /tmp/$model.yaml $split --arch sm90 --out generated/_new | tail -1 \
+      && timeout -k 5 240 python3 -m moegen check --model /tmp/$model.yaml $split --out generated/_new \
+        --tokens 0,1,7,33,65,300,2048,4097; } > $D/$tag.txt 2>&1 || rc=1
+    echo "== $tag"; tail -3 $D/$tag.txt
+  done
+done
+exit $rc

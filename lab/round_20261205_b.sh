@@ -6,7 +6,9 @@
 # reference at odd T, T = 0 and beyond the one-block routing, then at --ep-size 8 (Kimi-K2: 48 local experts).
 # Libraries: built here first and staged (`bash lab/stage_carry.sh generated/_new generated/.objects`,
 # carry [".carry"]) so the device only links; without them it compiles (16 cores, about 2 minutes).
-#   bash lab/round_20261205_b.sh          results in $OUT (one file per spec and split)
+# Then the batched entry point's GPU tests (its first run): tests/test_gpu_layer.py -k batched and the
+# W4A8 library's refusal (tests/test_gpu_w4a8.py -k batched).
+#   bash lab/round_20261205_b.sh          results in $OUT (one file per spec and split, tests-batched.txt)
 # Not yet run: no device was lent in the session that wrote it.
 set -uo pipefail
 source lab/device_env.sh || exit 1
@@ -25,4 +27,7 @@ for model in kimi-k2-instruct glm-4.5-air glm-4.6; do
     echo "== $tag"; tail -3 $D/$tag.txt
   done
 done
+(timeout -k 5 300 python3 -m pytest -m gpu tests/test_gpu_layer.py tests/test_gpu_w4a8.py -q -p no:cacheprovider \
+  -k batched 2>&1) > $D/tests-batched.txt || rc=1
+grep -E "seed|passed|failed|error" $D/tests-batched.txt | tail -3
 exit $rc

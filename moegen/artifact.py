@@ -20,7 +20,7 @@ from .spec import shown
 
 MANIFEST_SCHEMA = 2
 MANIFEST_NAME = "manifest.json"
-ABI_VERSION = 2  # templates/include/moegen/abi.h MOEGEN_ABI_VERSION
+ABI_VERSION = 3  # templates/include/moegen/abi.h MOEGEN_ABI_VERSION
 
 
 class ArtifactError(RuntimeError):

@@ -37,7 +37,14 @@ class ExpertsArgs(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
 
 
-STRUCTS = {"moegen_weights": Weights, "moegen_args": Args, "moegen_experts_args": ExpertsArgs}
+class BatchedArgs(ctypes.Structure):
+    _fields_ = [("num_tokens", ctypes.c_int64), ("max_tokens_per_expert", ctypes.c_int64), ("hidden", ctypes.c_void_p),
+                ("expert_num_tokens", ctypes.c_void_p), ("weights", Weights), ("out", ctypes.c_void_p),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+
+
+STRUCTS = {"moegen_weights": Weights, "moegen_args": Args, "moegen_experts_args": ExpertsArgs,
+           "moegen_batched_args": BatchedArgs}
 
 
 def ctypes_layout(struct: type[ctypes.Structure]) -> str:
@@ -77,9 +84,14 @@ class Library:
         d.moegen_forward.restype = ctypes.c_int
         d.moegen_forward_experts.argtypes = [ctypes.POINTER(ExpertsArgs), ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         d.moegen_forward_experts.restype = ctypes.c_int
+        d.moegen_forward_batched.argtypes = [ctypes.POINTER(BatchedArgs), ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        d.moegen_forward_batched.restype = ctypes.c_int
         d.moegen_workspace_bytes.argtypes = [ctypes.c_int64]
         d.moegen_workspace_bytes.restype = ctypes.c_size_t
+        d.moegen_workspace_bytes_batched.argtypes = [ctypes.c_int64, ctypes.c_int64]
+        d.moegen_workspace_bytes_batched.restype = ctypes.c_size_t
         d.moegen_max_tokens.restype = ctypes.c_int64
+        d.moegen_max_tokens_per_expert.restype = ctypes.c_int64
         d.moegen_last_error.restype = ctypes.c_char_p
         d.moegen_build_info.restype = ctypes.c_char_p
         d.moegen_num_kernels.restype = ctypes.c_int
@@ -93,6 +105,7 @@ class Library:
                 raise ArtifactError(f"{path}: struct {name} is laid out as {reported!r} in the library but "
                                     f"{ctypes_layout(struct)!r} in moegen.binding; they must match (abi.h)")
         self.max_tokens = int(d.moegen_max_tokens())
+        self.max_tokens_per_expert = int(d.moegen_max_tokens_per_expert())  # 0: no batched calls
         with _LIBS_LOCK:
             self.handle = len(_LIBS)
             _LIBS[self.handle] = self
@@ -105,6 +118,9 @@ class Library:
 
     def workspace_bytes(self, num_tokens: int) -> int:
         return int(self.dll.moegen_workspace_bytes(num_tokens))
+
+    def workspace_bytes_batched(self, num_tokens: int, max_tokens_per_expert: int) -> int:
+        return int(self.dll.moegen_workspace_bytes_batched(num_tokens, max_tokens_per_expert))
 
     def last_error(self) -> str:
         return self.dll.moegen_last_error().decode(errors="replace")

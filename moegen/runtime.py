@@ -9,7 +9,10 @@ they capture in CUDA graphs and trace under ``torch.compile(fullgraph=True)``:
 
 * ``moegen::moe_forward``: the fused layer, routing from the router's logits;
 * ``moegen::moe_experts`` / ``moegen::moe_experts_into``: the experts on the caller's routing (global
-  top-k ids and weights, an optional global-to-local expert map), for serving engines.
+  top-k ids and weights, an optional global-to-local expert map), for serving engines;
+* ``moegen::moe_experts_batched`` / ``moegen::moe_experts_batched_into``: the experts on rows already
+  grouped by local expert ([E_local, M, hidden] and a count per expert: the layout a low-latency
+  expert-parallel dispatch such as DeepEP's delivers), unweighted.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from typing import Optional
 import torch
 
 from .artifact import ArtifactError, read_manifest, verify_library
-from .binding import IDS_I32, IDS_I64, LOGITS_BF16, LOGITS_F32, Args, ExpertsArgs, Library, Weights, library
+from .binding import (IDS_I32, IDS_I64, LOGITS_BF16, LOGITS_F32, Args, BatchedArgs, ExpertsArgs, Library, Weights,
+                      library)
 from .dispatch import GpuInfo, find_dispatch, heuristic_choice, user_dir, warn_once
 from .layout import PreparedWeights, get_layout
 from .naming import KernelConfig, parse_kernel_name
@@ -237,6 +241,77 @@ def _(handle, hidden, topk_ids, topk_weights, expert_map, w13, w13_scales, w13_e
     return None
 
 
+def _experts_batched(handle, hidden, expert_num_tokens, num_tokens, weights, gemm1_kernel, gemm2_kernel, out, poison):
+    lib, s = _layer(handle)
+    if lib.max_tokens_per_expert == 0:
+        raise ValueError(f"moegen ({lib.path.name}): this build takes no batched calls (a W4A8 build quantizes its "
+                         "hidden rows per token: use .experts; SM100 builds do not implement them yet)")
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
+        got = f"shape {tuple(hidden.shape)}" if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        _fail("hidden_states", got, f"a 3-D tensor [{s.local_experts}, M, {s.hidden}] (rows grouped by local expert)")
+    if hidden.device.type != "cuda":
+        _fail("hidden_states", f"on {hidden.device}", "a CUDA device")
+    dev, M = hidden.device, hidden.shape[1]
+    _check_tensor("hidden_states", hidden, (s.local_experts, M, s.hidden), (torch.bfloat16,), dev)
+    if M > lib.max_tokens_per_expert:
+        _fail("hidden_states", f"{M} rows per expert", f"at most {lib.max_tokens_per_expert} (32-bit row indices)")
+    _check_tensor("expert_num_tokens", expert_num_tokens, (s.local_experts,), (torch.int32,), dev, alignment=4)
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= lib.max_tokens:
+        _fail("num_tokens", shown(num_tokens), f"the tokens the dispatch carried over all ranks, 0..{lib.max_tokens}")
+    _check_weights(s, dev, *weights)
+    _check_tensor("out", out, (s.local_experts, M, s.hidden), (torch.bfloat16,), dev)
+    if poison:
+        out.fill_(float("nan"))
+    workspace = torch.empty(lib.workspace_bytes_batched(num_tokens, M), dtype=torch.uint8, device=dev)
+    if poison:
+        workspace.fill_(0xFF)
+    args = BatchedArgs(num_tokens=num_tokens, max_tokens_per_expert=M, hidden=_ptr(hidden), expert_num_tokens=_ptr(expert_num_tokens),
+                       weights=_weights_struct(*weights), out=_ptr(out), workspace=_ptr(workspace),
+                       workspace_bytes=workspace.numel())
+    _run(lib, lib.dll.moegen_forward_batched, args, gemm1_kernel, gemm2_kernel, dev)
+
+
+@torch.library.custom_op("moegen::moe_experts_batched", mutates_args=())
+def moe_experts_batched(handle: int, hidden: torch.Tensor, expert_num_tokens: torch.Tensor, num_tokens: int,
+                        w13: torch.Tensor,
+                        w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor, b13: Optional[torch.Tensor],
+                        w2: torch.Tensor, w2_scales: torch.Tensor, w2_expert_scale: torch.Tensor,
+                        b2: Optional[torch.Tensor], gemm1_kernel: int, gemm2_kernel: int,
+                        poison: bool = False) -> torch.Tensor:
+    """bf16 [E_local, M, H]: row i < expert_num_tokens[e] of expert e is its output for hidden[e, i]; the
+    other rows are left unwritten."""
+    out = torch.empty_like(hidden) if isinstance(hidden, torch.Tensor) else None
+    _experts_batched(handle, hidden, expert_num_tokens, num_tokens,
+                     (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2), gemm1_kernel,
+                     gemm2_kernel, out, poison)
+    return out
+
+
+@moe_experts_batched.register_fake
+def _(handle, hidden, expert_num_tokens, num_tokens, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2,
+      gemm1_kernel, gemm2_kernel, poison=False):
+    return hidden.new_empty(hidden.shape)
+
+
+@torch.library.custom_op("moegen::moe_experts_batched_into", mutates_args=("out",))
+def moe_experts_batched_into(handle: int, hidden: torch.Tensor, expert_num_tokens: torch.Tensor, num_tokens: int,
+                             w13: torch.Tensor,
+                             w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor, b13: Optional[torch.Tensor],
+                             w2: torch.Tensor, w2_scales: torch.Tensor, w2_expert_scale: torch.Tensor,
+                             b2: Optional[torch.Tensor], gemm1_kernel: int, gemm2_kernel: int, out: torch.Tensor,
+                             poison: bool = False) -> None:
+    """As moe_experts_batched, written into the caller's bf16 [E_local, M, H] buffer."""
+    _experts_batched(handle, hidden, expert_num_tokens, num_tokens,
+                     (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2), gemm1_kernel,
+                     gemm2_kernel, out, poison)
+
+
+@moe_experts_batched_into.register_fake
+def _(handle, hidden, expert_num_tokens, num_tokens, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2,
+      gemm1_kernel, gemm2_kernel, out, poison=False):
+    return None
+
+
 @dataclass(frozen=True)
 class MoeOutput:
     out: torch.Tensor  # bf16 [T, hidden]
@@ -302,6 +377,28 @@ class MoeLayer:
                                                 expert_map, *_flat(weights), k1, k2, poison)
         torch.ops.moegen.moe_experts_into(self.library.handle, hidden_states, topk_ids, topk_weights, expert_map,
                                           *_flat(weights), k1, k2, out, poison)
+        return out
+
+    def experts_batched(self, hidden_states: torch.Tensor, expert_num_tokens: torch.Tensor, weights: PreparedWeights,
+                        num_tokens: int, out: torch.Tensor | None = None, kernels: tuple[int, int] | None = None,
+                        poison: bool = False) -> torch.Tensor:
+        """The experts on rows grouped by local expert, the layout a low-latency expert-parallel dispatch
+        (DeepEP's; vLLM's BatchedExperts format) delivers: hidden_states bf16 [E_local, M, hidden], and
+        expert_num_tokens int32 [E_local] (on the GPU, each clamped to [0, M]).  Row i < expert_num_tokens[e]
+        of the result is expert e's output for hidden_states[e, i], unweighted (the combine weighs it);
+        the other rows are not written.  num_tokens: the tokens the dispatch carried over all ranks; their
+        num_tokens x top_k (token, expert) pairs bound this rank's rows (rows past that bound, in expert
+        order, are dropped), and it picks the kernels as an experts-only call of that many tokens would.
+        Written into `out` when given."""
+        self._check_prepared(weights)
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+            _fail("num_tokens", shown(num_tokens), "the tokens the dispatch carried over all ranks, an integer >= 0")
+        k1, k2 = kernels if kernels is not None else self.choose_kernels(num_tokens)
+        if out is None:
+            return torch.ops.moegen.moe_experts_batched(self.library.handle, hidden_states, expert_num_tokens,
+                                                        num_tokens, *_flat(weights), k1, k2, poison)
+        torch.ops.moegen.moe_experts_batched_into(self.library.handle, hidden_states, expert_num_tokens, num_tokens,
+                                                  *_flat(weights), k1, k2, out, poison)
         return out
 
     def prepare(self, *args, **kwargs) -> PreparedWeights:

@@ -231,6 +231,112 @@ def test_both_entry_points_under_cuda_graphs_and_torch_compile(T):
     assert torch.equal(g_fused.out, fused.out) and torch.equal(g_experts, fused.out)
 
 
+# --- the batched entry point: rows grouped by local expert (a low-latency EP dispatch's layout) ----------
+
+def _batched_case(spec, M, num_tokens, seed):
+    """hidden [E_local, M, H], counts with an empty expert, a full one and one past M (clamped), and the
+    rows each expert keeps: its clamped count, cut where the rows in expert order pass num_tokens x top_k."""
+    E, H = spec.local_experts, spec.hidden_size
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    hidden = torch.randn((E, M, H), generator=g, device="cuda").to(torch.bfloat16)
+    counts = torch.randint(0, M + 1, (E,), generator=g, device="cuda", dtype=torch.int32)
+    if M:
+        counts[0], counts[E // 2], counts[-1] = 0, M + 5, M
+    return hidden, counts, _kept(spec, counts, M, num_tokens)
+
+
+def _kept(spec, counts, M, num_tokens):
+    clamped = counts.clamp(0, M).long()
+    before = torch.cumsum(clamped, 0) - clamped
+    return torch.minimum(clamped, (num_tokens * spec.top_k - before).clamp(min=0))
+
+
+def _batched_reference(spec, w, hidden, kept):
+    """Expert e's output for each kept row, unweighted: one slot of weight 1, the others weight 0."""
+    rows, ids = [], []
+    for e in range(spec.local_experts):
+        n = int(kept[e])
+        rows.append(hidden[e, :n])
+        ids.append(torch.full((n, spec.top_k), spec.expert_begin + e, dtype=torch.int64, device="cuda"))
+    x, ids = torch.cat(rows), torch.cat(ids)
+    weights = torch.zeros(ids.shape, dtype=torch.float64, device="cuda")
+    weights[:, 0] = 1
+    return reference.moe(spec, x, ids, weights, reference.MXFP4Experts(w.w13, w.s13),
+                         reference.MXFP4Experts(w.w2, w.s2), w.b13, w.b2)
+
+
+@pytest.mark.parametrize("M, num_tokens", [(0, 0), (1, 1), (3, 0), (7, 64), (40, 5), (64, 300), (300, 4096)])
+@pytest.mark.parametrize("variant", ["deepseek-v4-flash-ep1of8", "gpt-oss-120b", "qwen3-30b-a3b-ep1of4"])
+def test_batched_experts(variant, M, num_tokens):
+    """Row i < count[e] of expert e is its output, unweighted (GEMM2's bias added); every other row is
+    left as it was (poisoned: NaN); num_tokens = 0 and 5 cut the rows at num_tokens x top_k."""
+    layer, w = _layer(variant)
+    spec = layer.spec
+    hidden, counts, kept = _batched_case(spec, M, num_tokens, _SEED + 37 * M + num_tokens)
+    out = layer.experts_batched(hidden, counts, w.prepared, num_tokens=num_tokens, poison=True)
+    torch.cuda.synchronize()
+    assert out.shape == hidden.shape and out.dtype == torch.bfloat16
+    written = torch.arange(M, device="cuda")[None, :] < kept[:, None]  # [E, M]
+    assert not torch.isnan(out[written]).any(), "a kept row is not written"
+    assert torch.isnan(out[~written]).all(), "a row past its expert's count was written"
+    if int(kept.sum()):
+        err = relative_l2(out[written], _batched_reference(spec, w, hidden, kept))
+        print(f"batched {variant} M={M} num_tokens={num_tokens}: {int(kept.sum())} rows, rel L2 {err:.2e}")
+        assert err <= TOLERANCE
+    # bit for bit the experts-only call's rows on that routing (slot 0 weight 1, the others 0)
+    if int(kept.sum()):
+        local = torch.repeat_interleave(torch.arange(spec.local_experts, device="cuda"), kept)
+        ids = (spec.expert_begin + local)[:, None].repeat(1, spec.top_k)
+        weights = torch.zeros(ids.shape, dtype=torch.float32, device="cuda")
+        weights[:, 0] = 1
+        k = layer.choose_kernels(num_tokens)
+        experts = layer.experts(hidden[written], ids, weights, w.prepared, kernels=k)
+        assert torch.equal(layer.experts_batched(hidden, counts, w.prepared, num_tokens, kernels=k)[written],
+                           experts)
+
+
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")
+def test_batched_experts_under_cuda_graphs_and_torch_compile():
+    layer, w = _layer("deepseek-v4-flash-ep1of8")
+    spec = layer.spec
+    hidden, counts, kept = _batched_case(spec, 16, 128, _SEED + 41)
+    eager = layer.experts_batched(hidden, counts, w.prepared, num_tokens=128)
+    written = torch.arange(16, device="cuda")[None, :] < kept[:, None]
+    compiled = torch.compile(lambda h, c: layer.experts_batched(h, c, w.prepared, num_tokens=128), fullgraph=True)
+    assert torch.equal(compiled(hidden, counts)[written], eager[written])
+    buf = torch.full_like(hidden, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer.experts_batched(hidden, counts, w.prepared, num_tokens=128, out=buf)
+    counts.copy_(counts.flip(0))  # new counts, replayed: the graph reads them on the GPU
+    kept2 = _kept(spec, counts, 16, 128)
+    graph.replay()
+    torch.cuda.synchronize()
+    written2 = torch.arange(16, device="cuda")[None, :] < kept2[:, None]
+    assert torch.equal(buf[written2], layer.experts_batched(hidden, counts, w.prepared, num_tokens=128)[written2])
+    assert torch.isnan(buf[~written2]).all()
+
+
+def test_batched_input_checks():
+    layer, w = _layer("deepseek-v4-flash-ep1of8")
+    spec = layer.spec
+    E, H = spec.local_experts, spec.hidden_size
+    hidden = torch.zeros((E, 4, H), dtype=torch.bfloat16, device="cuda")
+    counts = torch.ones((E,), dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"hidden_states: shape \(4, 4096\), expected a 3-D tensor"):
+        layer.experts_batched(hidden[0], counts, w.prepared, num_tokens=4)
+    with pytest.raises(ValueError, match="hidden_states: shape"):
+        layer.experts_batched(hidden[1:], counts, w.prepared, num_tokens=4)
+    with pytest.raises(ValueError, match="expert_num_tokens: dtype torch.int64"):
+        layer.experts_batched(hidden, counts.long(), w.prepared, num_tokens=4)
+    with pytest.raises(ValueError, match="expert_num_tokens: shape"):
+        layer.experts_batched(hidden, counts[1:], w.prepared, num_tokens=4)
+    with pytest.raises(ValueError, match="num_tokens: -1, expected the tokens the dispatch carried"):
+        layer.experts_batched(hidden, counts, w.prepared, num_tokens=-1)
+    with pytest.raises(ValueError, match="out: shape"):
+        layer.experts_batched(hidden, counts, w.prepared, num_tokens=4, out=hidden[:, :2])
+
+
 # --- batch invariance ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-120b", "gpt-oss-20b", "qwen3-30b-a3b",

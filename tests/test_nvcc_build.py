@@ -126,6 +126,18 @@ def test_workspace_bytes(lib):
     assert lib.workspace_bytes(2**31) == 0 and lib.workspace_bytes(-1) == 0
 
 
+def test_batched_workspace_is_that_of_the_tokens_covering_its_rows(lib):
+    """The batched entry point runs as for min(num_tokens, ceil(E_local x M / top_k)) tokens: the rows a
+    dispatch of num_tokens tokens can carry, and no more than its [E_local, M] buffer holds."""
+    E, K = TINY.local_experts, TINY.top_k
+    assert lib.max_tokens_per_expert == lib.max_tokens // E
+    assert lib.workspace_bytes_batched(5, 64) == lib.workspace_bytes(5)
+    assert lib.workspace_bytes_batched(10**6, 64) == lib.workspace_bytes(-(-E * 64 // K))
+    assert lib.workspace_bytes_batched(0, 0) == lib.workspace_bytes(0)
+    for bad in ((-1, 4), (4, -1), (lib.max_tokens + 1, 4), (4, lib.max_tokens_per_expert + 1)):
+        assert lib.workspace_bytes_batched(*bad) == 0, bad
+
+
 def test_gemm_kernels_neither_spill_nor_serialize_wgmma(built):
     for name in NAMES:
         text = (built.out / "logs" / f"{name}.log").read_text()

@@ -16,6 +16,10 @@ def test_custom_ops_refuse_an_unknown_handle():
         torch.ops.moegen.moe_forward(4242, t, t, None, t, t, t, None, t, t, t, None, 0, 0)
     with pytest.raises(ValueError, match="handle 4242: not a loaded moegen library"):
         torch.ops.moegen.moe_experts(4242, t, t, t, None, t, t, t, None, t, t, t, None, 0, 0)
+    with pytest.raises(ValueError, match="handle 4242: not a loaded moegen library"):
+        torch.ops.moegen.moe_experts_batched(4242, t, t, 1, t, t, t, None, t, t, t, None, 0, 0)
+    with pytest.raises(ValueError, match="handle 4242: not a loaded moegen library"):
+        torch.ops.moegen.moe_experts_batched_into(4242, t, t, 1, t, t, t, None, t, t, t, None, 0, 0, t)
 
 
 def test_prepare_refuses_a_non_spec():
@@ -37,7 +41,8 @@ def test_abi_header_fields_match_the_binding():
         fields = re.findall(r"(\w+);", re.sub(r"//.*", "", body))
         assert fields == [f for f, _ in struct._fields_], name
         macro = {"moegen_weights": "MOEGEN_WEIGHTS_FIELDS", "moegen_args": "MOEGEN_ARGS_FIELDS",
-                 "moegen_experts_args": "MOEGEN_EXPERTS_ARGS_FIELDS"}[name]
+                 "moegen_experts_args": "MOEGEN_EXPERTS_ARGS_FIELDS",
+                 "moegen_batched_args": "MOEGEN_BATCHED_ARGS_FIELDS"}[name]
         listed = re.search(r"#define %s\(X\)(.*?)(?:\n#|\Z)" % macro, text, re.S).group(1)
         assert re.findall(r"X\((\w+)\)", listed) == fields, macro
 

@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#define MOEGEN_ABI_VERSION 2
+#define MOEGEN_ABI_VERSION 3
 
 // Logits dtypes accepted by the router.
 #define MOEGEN_LOGITS_F32 0
@@ -63,19 +63,41 @@ typedef struct moegen_experts_args {
   size_t workspace_bytes;
 } moegen_experts_args;
 
+// The experts only, in the batched layout of a low-latency expert-parallel dispatch (DeepEP's; vLLM's
+// BatchedExperts format): rows [0, expert_num_tokens[e]) of hidden[e] were sent to local expert e, and
+// out[e, i] = expert(e)(hidden[e, i]) for those rows, unweighted (the combine applies the routing
+// weights; GEMM2's bias is added).  Rows from expert_num_tokens[e] on are neither read nor written.
+// The counts live on the GPU, so no host check is possible: each is clamped to [0, M], and rows past
+// num_tokens x top_k in expert order (more than a dispatch of num_tokens tokens can carry) are dropped.
+typedef struct moegen_batched_args {
+  int64_t num_tokens;                // tokens the dispatch carried over all ranks: at most num_tokens x top_k rows
+  int64_t max_tokens_per_expert;     // M: hidden and out are [E_local, M, hidden]
+  const void* hidden;                // bf16 [E_local, M, hidden]
+  const int32_t* expert_num_tokens;  // int32 [E_local]
+  moegen_weights weights;
+  void* out;                         // bf16 [E_local, M, hidden]
+  void* workspace;                   // moegen_workspace_bytes_batched(num_tokens, M) bytes, 256-byte aligned
+  size_t workspace_bytes;
+} moegen_batched_args;
+
 // 0 on success; otherwise an error code and moegen_last_error() says what went wrong.
 int moegen_forward(const moegen_args* args, int gemm1_kernel, int gemm2_kernel, void* stream);
 int moegen_forward_experts(const moegen_experts_args* args, int gemm1_kernel, int gemm2_kernel, void* stream);
+int moegen_forward_batched(const moegen_batched_args* args, int gemm1_kernel, int gemm2_kernel, void* stream);
 // Workspace bytes for num_tokens tokens; 0 when num_tokens is outside [0, moegen_max_tokens()].
 size_t moegen_workspace_bytes(int64_t num_tokens);
+// Workspace bytes of the batched entry point; 0 when num_tokens is outside [0, moegen_max_tokens()], M
+// outside [0, moegen_max_tokens_per_expert()], or the build takes no batched calls (W4A8, SM100).
+size_t moegen_workspace_bytes_batched(int64_t num_tokens, int64_t max_tokens_per_expert);
+int64_t moegen_max_tokens_per_expert(void);
 // The most tokens one call takes (the kernels index rows with 32-bit integers).
 int64_t moegen_max_tokens(void);
 const char* moegen_last_error(void);
 int moegen_abi_version(void);
 int moegen_num_kernels(void);
 const char* moegen_kernel_name(int index);
-// "size;field@offset,field@offset,..." of moegen_weights, moegen_args or moegen_experts_args (by
-// name), NULL for any other name.
+// "size;field@offset,field@offset,..." of moegen_weights, moegen_args, moegen_experts_args or
+// moegen_batched_args (by name), NULL for any other name.
 const char* moegen_struct_layout(const char* struct_name);
 // JSON text baked in at build time: spec, kernel list, fingerprint.
 const char* moegen_build_info(void);
@@ -90,4 +112,6 @@ const char* moegen_build_info(void);
   X(score_bias) X(weights) X(out) X(topk_ids) X(topk_weights) X(workspace) X(workspace_bytes)
 #define MOEGEN_EXPERTS_ARGS_FIELDS(X) X(num_tokens) X(ids_dtype) X(reserved) X(hidden) X(topk_ids) \
   X(topk_weights) X(expert_map) X(weights) X(out) X(workspace) X(workspace_bytes)
+#define MOEGEN_BATCHED_ARGS_FIELDS(X) X(num_tokens) X(max_tokens_per_expert) X(hidden) X(expert_num_tokens) X(weights) X(out) \
+  X(workspace) X(workspace_bytes)
 #endif

@@ -44,6 +44,28 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
   *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
 }
 
+// The batched entry point's last stage: out[row_token[r], :] = GEMM2's row r (weight 1: the expert's
+// output, unweighted) for the num_rows[0] local rows; the other output rows are not written.  The grid
+// strides over the rows the schedule made (their count is on the GPU).
+template <class P>
+__global__ void store_rows_kernel(const int32_t* __restrict__ num_rows, const int32_t* __restrict__ row_token,
+                                  const float* __restrict__ y, __nv_bfloat16* __restrict__ out) {
+  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;
+  pdl_wait();  // y is GEMM2's output
+  const long vecs = long(__ldcg(num_rows)) * PER_ROW;
+  for (long idx = long(blockIdx.x) * blockDim.x + threadIdx.x; idx < vecs; idx += long(gridDim.x) * blockDim.x) {
+    const int r = int(idx / PER_ROW), c = int(idx % PER_ROW) * VEC;
+    const float4* v = reinterpret_cast<const float4*>(y + size_t(r) * H + c);
+    const float4 lo = v[0], hi = v[1];
+    const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    uint4 o;
+    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(b[j]);
+    *reinterpret_cast<uint4*>(out + size_t(__ldcg(row_token + r)) * H + c) = o;
+  }
+}
+
 }  // namespace moegen
 
 namespace moegen {

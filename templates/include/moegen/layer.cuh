@@ -1,8 +1,8 @@
 // Host orchestration of one MoE layer, arch-neutral: argument checks, the routing workspace and
-// launches, and the two entry points.  What follows routing (the GEMMs, and whatever the arch needs
-// around them) is the arch's Pipeline<P> (moegen/<arch>/pipeline.cuh, included after this by the
-// layer's translation unit).  Everything runs on the caller's stream with no host synchronization
-// and no allocation, so the whole layer can be captured in a CUDA graph.
+// launches, and the entry points (fused, experts-only, batched).  What follows routing (the GEMMs,
+// and whatever the arch needs around them) is the arch's Pipeline<P> (moegen/<arch>/pipeline.cuh,
+// included after this by the layer's translation unit).  Everything runs on the caller's stream with
+// no host synchronization and no allocation, so the whole layer can be captured in a CUDA graph.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -112,10 +112,15 @@ struct RoutingWorkspace {
   }
 };
 
+// What the layer's last stage writes: each token's weighted sum of its rows (the fused and experts-only
+// entry points), or each expert row into the output row row_token names (the batched entry point).
+enum class LayerOutput { kTokenSums, kRows };
+
 // What follows routing, per arch: template <class P> struct Pipeline { struct Workspace (holding a
 // RoutingWorkspace<P> `routing`); static size_t carve(Workspace*, uint8_t* base, int num_tokens);
-// static int run(const RoutingParams&, const Workspace&, const moegen_weights&, const void* hidden,
-// void* out, const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t); }.
+// static constexpr bool kBatched (it implements LayerOutput::kRows); static int run(const
+// RoutingParams&, const Workspace&, const moegen_weights&, const void* hidden, void* out, const
+// KernelEntry& gemm1, const KernelEntry& gemm2, LayerOutput, cudaStream_t); }.
 template <class P>
 struct Pipeline;
 
@@ -131,7 +136,29 @@ size_t workspace_bytes(int64_t num_tokens) {
   return Pipeline<P>::carve(nullptr, nullptr, int(num_tokens));
 }
 
-// Checks shared by both entry points; carves `ws`.  Returns 0, or fail()'s code.
+// The batched entry point: E_local x M input and output rows, within the row and vector ranges
+// kMaxTokens keeps; 0 where the build cannot take it (W4A8 quantizes the hidden rows per token in its
+// routing, and the arch's pipeline may not implement it).
+template <class P>
+constexpr int64_t kMaxTokensPerExpert = P::kFp8Activations || !Pipeline<P>::kBatched ? 0
+                                                                                      : kMaxTokens<P> / P::kLocalExperts;
+
+// The batched entry point's rows are at most E_local x M and num_tokens x top_k: the pipeline (its
+// workspace and grids) runs as for the fewest tokens whose (token, slot) rows cover that many.
+inline int64_t batched_tokens(int64_t num_tokens, int64_t max_tokens_per_expert, int local_experts, int top_k) {
+  const int64_t cover = (max_tokens_per_expert * local_experts + top_k - 1) / top_k;
+  return num_tokens < cover ? num_tokens : cover;
+}
+
+template <class P>
+size_t workspace_bytes_batched(int64_t num_tokens, int64_t max_tokens_per_expert) {
+  if (max_tokens_per_expert < 0 || max_tokens_per_expert > kMaxTokensPerExpert<P> || num_tokens < 0 ||
+      num_tokens > kMaxTokens<P>)
+    return 0;
+  return workspace_bytes<P>(batched_tokens(num_tokens, max_tokens_per_expert, P::kLocalExperts, P::kTopK));
+}
+
+// Checks shared by the entry points; carves `ws`.  Returns 0, or fail()'s code.
 template <class P>
 int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, size_t workspace_bytes_given,
                const KernelEntry* kernels, int num_kernels, int k1, int k2, typename Pipeline<P>::Workspace& ws) {
@@ -209,7 +236,7 @@ int run_layer(RoutingParams rp, const typename Pipeline<P>::Workspace& ws, const
     rp.hidden_scale = ws.x_scale;
   }
   if (int rc = run_routing<P, Source>(rp, ws.routing, gemm1.block_n, gemm2.block_n, stream)) return rc;
-  return Pipeline<P>::run(rp, ws, w, hidden, out, gemm1, gemm2, stream);
+  return Pipeline<P>::run(rp, ws, w, hidden, out, gemm1, gemm2, LayerOutput::kTokenSums, stream);
 }
 
 template <class P>
@@ -256,6 +283,47 @@ int forward_experts(const moegen_experts_args& a, const KernelEntry* kernels, in
              : run_layer<P, FromIds<int64_t>>(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2], stream);
 }
 
+template <class P>
+int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, int num_kernels, int k1, int k2,
+                    cudaStream_t stream) {
+  const int64_t M = a.max_tokens_per_expert;
+  if (kMaxTokensPerExpert<P> == 0)
+    return fail(-1, "this build takes no batched calls: %s", P::kFp8Activations ? "W4A8 quantizes its hidden rows per "
+                "token in the routing (use moegen_forward_experts)" : "its arch's pipeline does not implement them");
+  if (M < 0 || M > kMaxTokensPerExpert<P>)
+    return fail(-1, "max_tokens_per_expert = %lld: expected 0..%lld", (long long)M, (long long)kMaxTokensPerExpert<P>);
+  if (a.num_tokens < 0 || a.num_tokens > kMaxTokens<P>)
+    return fail(-1, "num_tokens = %lld: expected 0..%lld", (long long)a.num_tokens, (long long)kMaxTokens<P>);
+  const int T = int(batched_tokens(a.num_tokens, M, P::kLocalExperts, P::kTopK));
+  typename Pipeline<P>::Workspace ws;  // that of T tokens: workspace_bytes_batched(num_tokens, M)
+  if (int rc = check_call<P>(T, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws)) return rc;
+  if (!a.expert_num_tokens) return fail(-1, "expert_num_tokens: NULL");
+  if (T == 0) return 0;
+  RoutingParams rp{};
+  rp.num_tokens = T;  // the pipeline sizes its grids for T x top_k rows
+  const RoutingWorkspace<P>& r = ws.routing;
+  rp.counts = r.counts;
+  rp.offsets = r.offsets;
+  rp.bn1 = kernels[k1].block_n;
+  rp.bn2 = kernels[k2].block_n;
+  rp.work1_expert = r.work1_expert;
+  rp.work1_row0 = r.work1_row0;
+  rp.work1_row_end = r.work1_row_end;
+  rp.work2_expert = r.work2_expert;
+  rp.work2_row0 = r.work2_row0;
+  rp.work2_row_end = r.work2_row_end;
+  rp.num_work = r.num_work;
+  rp.expert_progress = r.expert_progress;
+  rp.quantized_rows = r.quantized_rows;
+  rp.row_token = r.row_token;
+  rp.row_weight = r.row_weight;
+  rp.token_row = r.token_row;
+  schedule_batched_kernel<P><<<1, kBatchedScheduleThreads, 0, stream>>>(rp, a.expert_num_tokens, int(M),
+                                                                        int(int64_t(T) * P::kTopK));
+  MOEGEN_CHECK_LAUNCH("schedule_batched");
+  return Pipeline<P>::run(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2], LayerOutput::kRows, stream);
+}
+
 // moegen_struct_layout: each struct's size and its fields' offsets, from the compiler.
 inline const char* struct_layout(const char* name) {
 #define MOEGEN_FIELD_OFFSET(S, f) s += std::string(#f "@") + std::to_string(offsetof(S, f)) + ",";
@@ -280,11 +348,19 @@ inline const char* struct_layout(const char* name) {
 #undef X
     return s;
   }();
+  static const std::string batched = [] {
+    std::string s = std::to_string(sizeof(moegen_batched_args)) + ";";
+#define X(f) MOEGEN_FIELD_OFFSET(moegen_batched_args, f)
+    MOEGEN_BATCHED_ARGS_FIELDS(X)
+#undef X
+    return s;
+  }();
 #undef MOEGEN_FIELD_OFFSET
   if (!name) return nullptr;
   if (strcmp(name, "moegen_weights") == 0) return weights.c_str();
   if (strcmp(name, "moegen_args") == 0) return args.c_str();
   if (strcmp(name, "moegen_experts_args") == 0) return experts.c_str();
+  if (strcmp(name, "moegen_batched_args") == 0) return batched.c_str();
   return nullptr;
 }
 

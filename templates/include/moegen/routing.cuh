@@ -591,6 +591,54 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
   }
 }
 
+// The batched entry point's schedule and permutation, one block: local expert e's rows are its first
+// expert_num_tokens[e] input rows, in order, each with weight 1; row offsets[e] + i reads and writes row
+// e * M + i of the [E_local * M, hidden] input and output.  Each count is clamped to [0, M], and the
+// rows in expert order past max_rows (the pipeline's capacity) are dropped: counts live on the GPU.
+constexpr int kBatchedScheduleThreads = 256;
+template <class P>
+__global__ void __launch_bounds__(kBatchedScheduleThreads, 1)
+    schedule_batched_kernel(RoutingParams rp, const int32_t* expert_num_tokens, int max_tokens_per_expert,
+                            int max_rows) {
+  constexpr int E = P::kLocalExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize;
+  __shared__ int32_t counts_s[E];
+  __shared__ int32_t offsets_s[E + 1];
+  pdl_launch_dependents();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  if (warp == 0) {  // lane l clamps experts [l * PER_LANE, (l + 1) * PER_LANE) after a scan of the lanes' sums
+    int c[PER_LANE], sum = 0;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      const int e = lane * PER_LANE + i;
+      c[i] = e < E ? min(max(__ldg(expert_num_tokens + e), 0), max_tokens_per_expert) : 0;
+      sum += c[i];
+    }
+    int incl = sum;
+#pragma unroll
+    for (int off = 1; off < kWarpSize; off <<= 1) {
+      const int x = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += x;
+    }
+    int before = incl - sum;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      const int e = lane * PER_LANE + i;
+      if (e < E) counts_s[e] = min(c[i], max(max_rows - before, 0));
+      before += c[i];
+    }
+  }
+  __syncthreads();
+  schedule_block<P, true, kBatchedScheduleThreads>(rp, counts_s, offsets_s);
+  __syncthreads();
+  for (int e = warp; e < E; e += kBatchedScheduleThreads / kWarpSize) {
+    const int row0 = offsets_s[e], n = counts_s[e];
+    for (int i = lane; i < n; i += kWarpSize) {
+      rp.row_token[row0 + i] = e * max_tokens_per_expert + i;
+      rp.row_weight[row0 + i] = 1.f;
+    }
+  }
+}
+
 // Large batches scatter with the whole GPU.
 template <class P>
 __global__ void scatter_kernel(RoutingParams rp) {

@@ -97,8 +97,13 @@ struct Pipeline {
     return rc ? fail(rc, "%s: %s", kernel.name, cudaGetErrorString(cudaError_t(rc))) : 0;
   }
 
+  // The batched entry point's rows would need their expert's GEMM2 bias here (its GEMM2 writes plain
+  // rows); not written until an SM100 GPU can run it.
+  static constexpr bool kBatched = false;
+
   static int run(const RoutingParams& rp, const Workspace& ws, const moegen_weights& w, const void* hidden, void* out,
-                 const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
+                 const KernelEntry& gemm1, const KernelEntry& gemm2, LayerOutput output, cudaStream_t stream) {
+    if (output != LayerOutput::kTokenSums) return fail(-1, "sm100: only each token's sum of its rows is implemented");
     const RoutingWorkspace<P>& r = ws.routing;
     const int T = rp.num_tokens;
     const long rows = long(T) * P::kTopK;

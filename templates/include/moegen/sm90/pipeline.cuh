@@ -67,8 +67,10 @@ struct Pipeline {
     return mode >= 0 ? mode == 1 : num_tokens >= (P::kFp8Activations ? 1 : 2) && num_tokens <= 8;
   }
 
+  static constexpr bool kBatched = true;
+
   static int run(const RoutingParams& rp, const Workspace& ws, const moegen_weights& w, const void* hidden, void* out,
-                 const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
+                 const KernelEntry& gemm1, const KernelEntry& gemm2, LayerOutput output, cudaStream_t stream) {
     const RoutingWorkspace<P>& r = ws.routing;
     const int T = rp.num_tokens;
     const long rows = long(T) * P::kTopK;
@@ -135,6 +137,15 @@ struct Pipeline {
                                                     stream);
     if (rc) return fail(rc, "%s: %s", gemm2.name, cudaGetErrorString(cudaError_t(rc)));
 
+    if (output == LayerOutput::kRows) {  // the rows the schedule made (offsets[E_local]), each to its output row
+      const long max_vecs = rows * (P::kHidden / 8);
+      const cudaError_t e = launch_pdl(store_rows_kernel<P>, dim3(int(max_vecs < 1024L * 256 ? (max_vecs + 255) / 256 : 1024)),
+                                       dim3(256), 0, stream, static_cast<const int32_t*>(r.offsets + P::kLocalExperts),
+                                       static_cast<const int32_t*>(r.row_token), static_cast<const float*>(ws.y),
+                                       static_cast<__nv_bfloat16*>(out));
+      if (e != cudaSuccess) return fail(int(e), "store rows: %s", cudaGetErrorString(e));
+      return 0;
+    }
     // Every GEMM1 CTA passes its pdl_wait on the routing kernel before it triggers, and GEMM2 (after
     // the quantizer's blocks, which launch after GEMM1's trigger) launches only after them, so the
     // routing has completed before finalize launches: it may read token_row before its wait.

@@ -3,8 +3,9 @@
 The first thing to run on a GPU moegen's kernels have not run on before.  Per token count, with
 fresh random weights and inputs (the seed is printed), outputs poisoned first: each GEMM kernel at
 least once (paired in rotation with the other GEMM's kernels), the dispatch table's own choice,
-skewed routing (every token on the same experts), the experts-only entry point, and a CUDA-graph
-replay that must equal the eager call bitwise.  Pass: no NaN (every element written) and relative
+skewed routing (every token on the same experts), the experts-only entry point, the batched entry
+point on the same routing's rows grouped by expert (where the build takes batched calls), and a
+CUDA-graph replay that must equal the eager call bitwise.  Pass: no NaN (every element written) and relative
 L2 error within moegen.testing.tolerance of the float64 reference in the library's activation format
 (BF16 5e-3; W4A8 and MXFP8 1e-2, wider below 16 output rows, where one row's error is a few flipped
 e4m3 steps of `h`).
@@ -24,7 +25,8 @@ from typing import Callable
 import torch
 
 from .runtime import MoeLayer
-from .testing import random_inputs, random_weights, reference_output, relative_l2, tolerance
+from .testing import (batched_reference, batched_rows, random_inputs, random_weights, reference_output, relative_l2,
+                      tolerance)
 
 
 STILL_RUNNING_SECONDS = 60.0
@@ -135,6 +137,17 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
                                                          kernels=chosen, poison=True))
             report(what, T, relative_l2(experts, reference_output(spec, w, x, fused.topk_ids, fmt)),
                    torch.equal(experts, fused.out))
+            if layer.library.max_tokens_per_expert:
+                what = f"batched entry point on the router's choice, rows grouped by expert ({pair_name(chosen)})"
+                rows = batched_rows(spec, x.hidden, fused.topk_ids)
+                out = run(what, T, lambda: layer.experts_batched(rows.hidden, rows.counts, w.prepared, num_tokens=T,
+                                                                 kernels=chosen, poison=True))
+                n = int(rows.written.sum())
+                err = relative_l2(out[rows.written], batched_reference(spec, w, rows.hidden, rows.counts, fmt)) \
+                    if n else None
+                ok = (not torch.isnan(out[rows.written]).any().item() and torch.isnan(out[~rows.written]).all().item()
+                      and (err is None or err <= tolerance(fmt, n)))
+                report(what, T, err, ok)
             what = f"CUDA-graph replay equals the eager call bitwise ({pair_name(chosen)})"
 
             def replay():

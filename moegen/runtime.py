@@ -245,7 +245,7 @@ def _experts_batched(handle, hidden, expert_num_tokens, num_tokens, weights, gem
     lib, s = _layer(handle)
     if lib.max_tokens_per_expert == 0:
         raise ValueError(f"moegen ({lib.path.name}): this build takes no batched calls (a W4A8 build quantizes its "
-                         "hidden rows per token: use .experts; SM100 builds do not implement them yet)")
+                         "hidden rows per token in its routing: use .experts)")
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
         got = f"shape {tuple(hidden.shape)}" if isinstance(hidden, torch.Tensor) else type(hidden).__name__
         _fail("hidden_states", got, f"a 3-D tensor [{s.local_experts}, M, {s.hidden}] (rows grouped by local expert)")
@@ -387,13 +387,18 @@ class MoeLayer:
         expert_num_tokens int32 [E_local] (on the GPU, each clamped to [0, M]).  Row i < expert_num_tokens[e]
         of the result is expert e's output for hidden_states[e, i], unweighted (the combine weighs it);
         the other rows are not written.  num_tokens: the tokens the dispatch carried over all ranks; their
-        num_tokens x top_k (token, expert) pairs bound this rank's rows (rows past that bound, in expert
-        order, are dropped), and it picks the kernels as an experts-only call of that many tokens would.
-        Written into `out` when given."""
+        num_tokens x top_k (token, expert) pairs bound this rank's rows (rows a count names past that
+        bound, in expert order, come back NaN: num_tokens was too small), and the kernels are those an
+        experts-only call of min(num_tokens, ceil(E_local x M / top_k)) tokens would run.  Written into
+        `out` when given."""
         self._check_prepared(weights)
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
             _fail("num_tokens", shown(num_tokens), "the tokens the dispatch carried over all ranks, an integer >= 0")
-        k1, k2 = kernels if kernels is not None else self.choose_kernels(num_tokens)
+        if kernels is None:
+            rows = self.spec.local_experts * hidden_states.shape[1] \
+                if isinstance(hidden_states, torch.Tensor) and hidden_states.dim() == 3 else num_tokens * self.spec.top_k
+            kernels = self.choose_kernels(min(num_tokens, -(-rows // self.spec.top_k)))
+        k1, k2 = kernels
         if out is None:
             return torch.ops.moegen.moe_experts_batched(self.library.handle, hidden_states, expert_num_tokens,
                                                         num_tokens, *_flat(weights), k1, k2, poison)

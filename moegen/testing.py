@@ -108,3 +108,44 @@ def relative_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     ref = ref.double()
     denom = ref.norm().item()
     return (out.double() - ref).norm().item() / (denom if denom > 0 else 1.0)
+
+
+@dataclass
+class BatchedRows:
+    """Rows grouped by local expert, as a low-latency expert-parallel dispatch delivers them."""
+    hidden: torch.Tensor  # bf16 [E_local, M, H]
+    counts: torch.Tensor  # int32 [E_local]
+    written: torch.Tensor  # bool [E_local, M]: the rows the counts cover
+
+
+def batched_rows(spec: ModelSpec, hidden: torch.Tensor, ids: torch.Tensor) -> BatchedRows:
+    """The rows these tokens' choices (global ids [T, top_k]) send to this rank's experts: per local
+    expert its (token, slot) pairs in token order, M the largest count."""
+    E = spec.local_experts
+    local = ids.long() - spec.expert_begin
+    token = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(local)
+    on = (local >= 0) & (local < E)
+    expert, token = local[on], token[on]
+    order = torch.sort(expert * ids.shape[0] + token).indices  # by expert, then token
+    expert, token = expert[order], token[order]
+    counts = torch.bincount(expert, minlength=E)
+    M = int(counts.max()) if expert.numel() else 0
+    position = torch.arange(expert.numel(), device=ids.device) - (torch.cumsum(counts, 0) - counts)[expert]
+    rows = torch.zeros((E, M, spec.hidden_size), dtype=hidden.dtype, device=hidden.device)
+    rows[expert, position] = hidden[token]
+    return BatchedRows(rows, counts.to(torch.int32), torch.arange(M, device=ids.device)[None, :] < counts[:, None])
+
+
+def batched_reference(spec: ModelSpec, w: Weights, rows: torch.Tensor, kept: torch.Tensor,
+                      activation_format: str = "bf16") -> torch.Tensor:
+    """float64 outputs of the first kept[e] rows of each local expert e, in that order, unweighted:
+    each row a token whose first slot goes to e with weight 1 and whose other slots weigh 0."""
+    E = spec.local_experts
+    local = torch.repeat_interleave(torch.arange(E, device=rows.device), kept.long())
+    written = torch.arange(rows.shape[1], device=rows.device)[None, :] < kept.long()[:, None]
+    ids = (spec.expert_begin + local)[:, None].repeat(1, spec.top_k)
+    weights = torch.zeros(ids.shape, dtype=torch.float64, device=rows.device)
+    weights[:, 0] = 1
+    experts = reference.FoldedMXFP4Experts if activation_format == "fp8" else reference.MXFP4Experts
+    return reference.moe(spec, rows[written], ids, weights, experts(w.w13, w.s13), experts(w.w2, w.s2), w.b13, w.b2,
+                         activation_format=activation_format)

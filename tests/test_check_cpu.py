@@ -17,8 +17,11 @@ KERNELS = [SimpleNamespace(name=n, gemm=n.split("_")[2]) for n in
 class StandIn:
     """Returns the reference's own output (so every run passes), or raises for one kernel."""
 
-    def __init__(self, failing: str | None = None, first_call_seconds: float = 0.0):
+    def __init__(self, failing: str | None = None, first_call_seconds: float = 0.0, batched_writes_all=None):
         self.spec = load_model("qwen3-30b-a3b")
+        # batched_writes_all: None, no batched calls; False, writes the counted rows; True, every row
+        self.library = SimpleNamespace(max_tokens_per_expert=0 if batched_writes_all is None else 1 << 20)
+        self.batched_writes_all = batched_writes_all
         self.manifest = SimpleNamespace(activation_format="bf16", variant="qwen3-30b-a3b", arch="sm90")
         self.gpu, self.weight_layout, self.kernels = SimpleNamespace(name="stand-in"), "sm90_e2m1_atom64", KERNELS
         self.failing, self.first_call_seconds, self.calls = failing, first_call_seconds, []
@@ -38,6 +41,13 @@ class StandIn:
 
     def experts(self, hidden, ids, weights, prepared, kernels=None, poison=False):
         return self(hidden, None, None, None, kernels=kernels).out
+
+    def experts_batched(self, hidden, counts, prepared, num_tokens, kernels=None, poison=False):
+        self.calls.append(("batched", num_tokens))
+        out = torch.full(hidden.shape, float("nan"))
+        written = torch.arange(hidden.shape[1])[None, :] < counts[:, None]
+        out[written if not self.batched_writes_all else torch.ones_like(written)] = 0.0
+        return out
 
 
 @pytest.fixture
@@ -82,6 +92,21 @@ def test_a_call_still_running_is_reported(on_cpu, monkeypatch):
     assert check.check_library(StandIn(first_call_seconds=0.5), [0], seed=1, log=lines.append)
     assert any(line.startswith("still running after 0 s: T=0 moegen_sm90_gemm1_a + moegen_sm90_gemm2_c") for line in lines)
     assert sum(line.startswith("still running") for line in lines) == 1  # only the slow call
+
+
+@pytest.mark.parametrize("writes_all", [False, True])
+def test_the_batched_entry_point_is_checked_where_the_library_takes_it(on_cpu, monkeypatch, writes_all):
+    """On the router's rows grouped by expert; a row past its expert's count must stay poisoned."""
+    monkeypatch.setattr(check, "batched_reference", lambda spec, w, rows, counts, fmt: torch.zeros(
+        int(counts.sum()), spec.hidden_size))
+    layer, lines = StandIn(batched_writes_all=writes_all), []
+    assert check.check_library(layer, [0, 3], seed=1, log=lines.append) is not writes_all
+    assert ("batched", 3) in layer.calls and ("batched", 0) not in layer.calls
+    batched = [line for line in lines if "batched entry point" in line]
+    assert len(batched) == 1 and batched[0].startswith("FAIL" if writes_all else "PASS")
+    plain, lines = StandIn(), []  # a library that takes no batched calls is not asked for one
+    assert check.check_library(plain, [3], seed=1, log=lines.append)
+    assert not any(c[0] == "batched" for c in plain.calls) and not any("batched" in line for line in lines)
 
 
 def test_a_failing_output_is_diagnosed():

@@ -5,7 +5,8 @@ random inputs per case (the seed is in pytest's header; MOEGEN_TEST_SEED repeats
 workspace, and checks relative L2 error <= 2.7e-3 (as measured on these variants), no NaN, and the router's choice against the
 reference router wherever the choice is not a near tie.  Both entry points: the fused layer and the
 experts-only call on the caller's routing (with an expert map, int32 and int64 ids, a caller's
-output buffer), under CUDA graphs and torch.compile, T = 0, skewed routing, and batch invariance.
+output buffer), and the batched call on rows grouped by local expert, under CUDA graphs and
+torch.compile, T = 0, skewed routing, and batch invariance.
 """
 import os
 from dataclasses import replace
@@ -234,14 +235,15 @@ def test_both_entry_points_under_cuda_graphs_and_torch_compile(T):
 # --- the batched entry point: rows grouped by local expert (a low-latency EP dispatch's layout) ----------
 
 def _batched_case(spec, M, num_tokens, seed):
-    """hidden [E_local, M, H], counts with an empty expert, a full one and one past M (clamped), and the
-    rows each expert keeps: its clamped count, cut where the rows in expert order pass num_tokens x top_k."""
+    """hidden [E_local, M, H], counts with an empty expert, a negative one and one past M (both clamped), a
+    full one, and the rows each expert keeps: its clamped count, cut where the rows in expert order pass
+    num_tokens x top_k."""
     E, H = spec.local_experts, spec.hidden_size
     g = torch.Generator(device="cuda").manual_seed(seed)
     hidden = torch.randn((E, M, H), generator=g, device="cuda").to(torch.bfloat16)
     counts = torch.randint(0, M + 1, (E,), generator=g, device="cuda", dtype=torch.int32)
     if M:
-        counts[0], counts[E // 2], counts[-1] = 0, M + 5, M
+        counts[0], counts[1], counts[E // 2], counts[-1] = 0, -3, M + 5, M
     return hidden, counts, _kept(spec, counts, M, num_tokens)
 
 
@@ -249,20 +251,6 @@ def _kept(spec, counts, M, num_tokens):
     clamped = counts.clamp(0, M).long()
     before = torch.cumsum(clamped, 0) - clamped
     return torch.minimum(clamped, (num_tokens * spec.top_k - before).clamp(min=0))
-
-
-def _batched_reference(spec, w, hidden, kept):
-    """Expert e's output for each kept row, unweighted: one slot of weight 1, the others weight 0."""
-    rows, ids = [], []
-    for e in range(spec.local_experts):
-        n = int(kept[e])
-        rows.append(hidden[e, :n])
-        ids.append(torch.full((n, spec.top_k), spec.expert_begin + e, dtype=torch.int64, device="cuda"))
-    x, ids = torch.cat(rows), torch.cat(ids)
-    weights = torch.zeros(ids.shape, dtype=torch.float64, device="cuda")
-    weights[:, 0] = 1
-    return reference.moe(spec, x, ids, weights, reference.MXFP4Experts(w.w13, w.s13),
-                         reference.MXFP4Experts(w.w2, w.s2), w.b13, w.b2)
 
 
 @pytest.mark.parametrize("M, num_tokens", [(0, 0), (1, 1), (3, 0), (7, 64), (40, 5), (64, 300), (300, 4096)])
@@ -279,8 +267,14 @@ def test_batched_experts(variant, M, num_tokens):
     written = torch.arange(M, device="cuda")[None, :] < kept[:, None]  # [E, M]
     assert not torch.isnan(out[written]).any(), "a kept row is not written"
     assert torch.isnan(out[~written]).all(), "a row past its expert's count was written"
+    # unpoisoned: rows a count names but num_tokens x top_k cut come back NaN, the rows past the counts untouched
+    named = torch.arange(M, device="cuda")[None, :] < counts.clamp(0, M).long()[:, None]
+    buf = torch.zeros_like(hidden)
+    layer.experts_batched(hidden, counts, w.prepared, num_tokens=num_tokens, out=buf)
+    assert torch.isnan(buf[named & ~written]).all() and not torch.isnan(buf[written]).any()
+    assert not torch.count_nonzero(buf[~named])
     if int(kept.sum()):
-        err = relative_l2(out[written], _batched_reference(spec, w, hidden, kept))
+        err = relative_l2(out[written], testing.batched_reference(spec, w, hidden, kept))
         print(f"batched {variant} M={M} num_tokens={num_tokens}: {int(kept.sum())} rows, rel L2 {err:.2e}")
         assert err <= TOLERANCE
     # bit for bit the experts-only call's rows on that routing (slot 0 weight 1, the others 0)
@@ -308,7 +302,7 @@ def test_batched_experts_under_cuda_graphs_and_torch_compile():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         layer.experts_batched(hidden, counts, w.prepared, num_tokens=128, out=buf)
-    counts.copy_(counts.flip(0))  # new counts, replayed: the graph reads them on the GPU
+    counts.copy_(counts.flip(0) // 2)  # new counts and a new total, replayed: the graph reads them on the GPU
     kept2 = _kept(spec, counts, 16, 128)
     graph.replay()
     torch.cuda.synchronize()

@@ -67,8 +67,9 @@ typedef struct moegen_experts_args {
 // BatchedExperts format): rows [0, expert_num_tokens[e]) of hidden[e] were sent to local expert e, and
 // out[e, i] = expert(e)(hidden[e, i]) for those rows, unweighted (the combine applies the routing
 // weights; GEMM2's bias is added).  Rows from expert_num_tokens[e] on are neither read nor written.
-// The counts live on the GPU, so no host check is possible: each is clamped to [0, M], and rows past
-// num_tokens x top_k in expert order (more than a dispatch of num_tokens tokens can carry) are dropped.
+// The counts live on the GPU, so no host check is possible: each is clamped to [0, M], and the rows past
+// num_tokens x top_k in expert order (more than a dispatch of num_tokens tokens can carry: num_tokens was
+// too small) are not computed and come back NaN.
 typedef struct moegen_batched_args {
   int64_t num_tokens;                // tokens the dispatch carried over all ranks: at most num_tokens x top_k rows
   int64_t max_tokens_per_expert;     // M: hidden and out are [E_local, M, hidden]
@@ -87,7 +88,7 @@ int moegen_forward_batched(const moegen_batched_args* args, int gemm1_kernel, in
 // Workspace bytes for num_tokens tokens; 0 when num_tokens is outside [0, moegen_max_tokens()].
 size_t moegen_workspace_bytes(int64_t num_tokens);
 // Workspace bytes of the batched entry point; 0 when num_tokens is outside [0, moegen_max_tokens()], M
-// outside [0, moegen_max_tokens_per_expert()], or the build takes no batched calls (W4A8, SM100).
+// outside [0, moegen_max_tokens_per_expert()], or the build takes no batched calls (W4A8).
 size_t moegen_workspace_bytes_batched(int64_t num_tokens, int64_t max_tokens_per_expert);
 int64_t moegen_max_tokens_per_expert(void);
 // The most tokens one call takes (the kernels index rows with 32-bit integers).

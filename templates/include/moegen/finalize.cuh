@@ -44,24 +44,57 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
   *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
 }
 
-// The batched entry point's last stage: out[row_token[r], :] = GEMM2's row r (weight 1: the expert's
-// output, unweighted) for the num_rows[0] local rows; the other output rows are not written.  The grid
-// strides over the rows the schedule made (their count is on the GPU).
-template <class P>
-__global__ void store_rows_kernel(const int32_t* __restrict__ num_rows, const int32_t* __restrict__ row_token,
-                                  const float* __restrict__ y, __nv_bfloat16* __restrict__ out) {
-  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC;
+// The batched entry point's last stage: out[row_token[r], :] = GEMM2's row r for the offsets[E_local]
+// local rows, plus the row's expert's bias where GEMM2 leaves it out (`bias`: SM100, whose GEMM2 writes
+// plain bf16 rows; SM90 adds it, and the weight, 1 here, in its epilogue).  Rows a count names but the
+// schedule dropped (counts[e], clamped, past the rows it kept: a num_tokens too small for the dispatch)
+// are written as NaN, so that misuse shows; the other output rows are not written.  The grid strides over
+// the rows the schedule made (their count is on the GPU).
+template <class P, class Row>
+__global__ void store_rows_kernel(const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
+                                  int max_tokens_per_expert, const int32_t* __restrict__ row_token,
+                                  const Row* __restrict__ y, const float* __restrict__ bias,
+                                  __nv_bfloat16* __restrict__ out) {
+  constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC, E = P::kLocalExperts;
   pdl_wait();  // y is GEMM2's output
-  const long vecs = long(__ldcg(num_rows)) * PER_ROW;
+  if (__ldcg(offsets + E) < __ldcg(counts + E)) {  // rows were dropped: NaN in them, an expert per block
+    const uint4 nan = make_uint4(0x7FC07FC0u, 0x7FC07FC0u, 0x7FC07FC0u, 0x7FC07FC0u);
+    for (int e = blockIdx.x; e < E; e += gridDim.x) {
+      const int kept = __ldcg(offsets + e + 1) - __ldcg(offsets + e), named = __ldcg(counts + e);
+      for (long v = long(kept) * PER_ROW + threadIdx.x; v < long(named) * PER_ROW; v += blockDim.x)
+        *reinterpret_cast<uint4*>(out + (size_t(e) * max_tokens_per_expert + v / PER_ROW) * H + (v % PER_ROW) * VEC) =
+            nan;
+    }
+  }
+  const long vecs = long(__ldcg(offsets + E)) * PER_ROW;
   for (long idx = long(blockIdx.x) * blockDim.x + threadIdx.x; idx < vecs; idx += long(gridDim.x) * blockDim.x) {
     const int r = int(idx / PER_ROW), c = int(idx % PER_ROW) * VEC;
-    const float4* v = reinterpret_cast<const float4*>(y + size_t(r) * H + c);
-    const float4 lo = v[0], hi = v[1];
-    const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    float v[VEC];
+    if constexpr (sizeof(Row) == 4) {
+      const float4* p = reinterpret_cast<const float4*>(y + size_t(r) * H + c);
+      const float4 lo = p[0], hi = p[1];
+      const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = b[j];
+    } else {
+      const uint4 p = *reinterpret_cast<const uint4*>(y + size_t(r) * H + c);
+      const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&p);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = __bfloat162float(b[j]);
+    }
+    if (bias) {  // the row's expert: the last e with offsets[e] <= r
+      int lo = 0, hi = E - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (__ldcg(offsets + mid) <= r) lo = mid; else hi = mid - 1;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] += bias[size_t(lo) * H + c + j];
+    }
     uint4 o;
     __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(b[j]);
+    for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(v[j]);
     *reinterpret_cast<uint4*>(out + size_t(__ldcg(row_token + r)) * H + c) = o;
   }
 }

@@ -152,8 +152,8 @@ inline int64_t batched_tokens(int64_t num_tokens, int64_t max_tokens_per_expert,
 
 template <class P>
 size_t workspace_bytes_batched(int64_t num_tokens, int64_t max_tokens_per_expert) {
-  if (max_tokens_per_expert < 0 || max_tokens_per_expert > kMaxTokensPerExpert<P> || num_tokens < 0 ||
-      num_tokens > kMaxTokens<P>)
+  if (kMaxTokensPerExpert<P> == 0 || max_tokens_per_expert < 0 || max_tokens_per_expert > kMaxTokensPerExpert<P> ||
+      num_tokens < 0 || num_tokens > kMaxTokens<P>)
     return 0;
   return workspace_bytes<P>(batched_tokens(num_tokens, max_tokens_per_expert, P::kLocalExperts, P::kTopK));
 }
@@ -301,6 +301,7 @@ int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, in
   if (T == 0) return 0;
   RoutingParams rp{};
   rp.num_tokens = T;  // the pipeline sizes its grids for T x top_k rows
+  rp.batched_max_tokens_per_expert = int(M);
   const RoutingWorkspace<P>& r = ws.routing;
   rp.counts = r.counts;
   rp.offsets = r.offsets;

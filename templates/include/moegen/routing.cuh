@@ -52,6 +52,7 @@ struct RoutingParams {
   float* row_weight;        // [rows]
   int32_t* token_row;       // [T, K] -> permuted row or -1
   int scatter_in_last_block;  // small batches: the last routing block also scatters (one launch less)
+  int batched_max_tokens_per_expert;  // the batched entry point's M (its rows are e * M + i)
   // W4A8 (P::kFp8Activations): the hidden states [T, H], and their e4m3 rows and per-row scales,
   // which the routing kernel writes (one-block routing: the warps without a token; many-block: blocks
   // of its grid past the routing ones).  A quantizer kernel of its own added a launch and its drain
@@ -595,6 +596,7 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
 // expert_num_tokens[e] input rows, in order, each with weight 1; row offsets[e] + i reads and writes row
 // e * M + i of the [E_local * M, hidden] input and output.  Each count is clamped to [0, M], and the
 // rows in expert order past max_rows (the pipeline's capacity) are dropped: counts live on the GPU.
+// rp.counts gets the clamped counts and, at [E], their total (store_rows_kernel marks dropped rows).
 constexpr int kBatchedScheduleThreads = 256;
 template <class P>
 __global__ void __launch_bounds__(kBatchedScheduleThreads, 1)
@@ -623,9 +625,13 @@ __global__ void __launch_bounds__(kBatchedScheduleThreads, 1)
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
       const int e = lane * PER_LANE + i;
-      if (e < E) counts_s[e] = min(c[i], max(max_rows - before, 0));
+      if (e < E) {
+        counts_s[e] = min(c[i], max(max_rows - before, 0));
+        rp.counts[e] = c[i];
+      }
       before += c[i];
     }
+    if (lane == kWarpSize - 1) rp.counts[E] = incl;
   }
   __syncthreads();
   schedule_block<P, true, kBatchedScheduleThreads>(rp, counts_s, offsets_s);

@@ -97,13 +97,10 @@ struct Pipeline {
     return rc ? fail(rc, "%s: %s", kernel.name, cudaGetErrorString(cudaError_t(rc))) : 0;
   }
 
-  // The batched entry point's rows would need their expert's GEMM2 bias here (its GEMM2 writes plain
-  // rows); not written until an SM100 GPU can run it.
-  static constexpr bool kBatched = false;
+  static constexpr bool kBatched = true;
 
   static int run(const RoutingParams& rp, const Workspace& ws, const moegen_weights& w, const void* hidden, void* out,
                  const KernelEntry& gemm1, const KernelEntry& gemm2, LayerOutput output, cudaStream_t stream) {
-    if (output != LayerOutput::kTokenSums) return fail(-1, "sm100: only each token's sum of its rows is implemented");
     const RoutingWorkspace<P>& r = ws.routing;
     const int T = rp.num_tokens;
     const long rows = long(T) * P::kTopK;
@@ -117,6 +114,15 @@ struct Pipeline {
     if (!rc) rc = gemm(gemm2, ws, kN2, kK2, w.w2, kWeights2Bytes, w.w2_scales, kScales2Bytes, ws.h_q, ws.h_sf, ws.y,
                        ws.scratch2, stream);
     if (rc) return rc;
+    if (output == LayerOutput::kRows) {  // each row to its own output row, with its expert's bias (weight 1)
+      const long max_vecs = rows * (P::kHidden / 8);
+      store_rows_kernel<P, __nv_bfloat16><<<unsigned(max_vecs < 1024L * 256 ? (max_vecs + 255) / 256 : 1024), 256, 0,
+                                            stream>>>(r.offsets, r.counts, rp.batched_max_tokens_per_expert,
+                                                      r.row_token, ws.y, P::kBias2 ? w.b2 : nullptr,
+                                                      static_cast<__nv_bfloat16*>(out));
+      MOEGEN_CHECK_LAUNCH("store rows");
+      return 0;
+    }
     const long vecs = long(T) * (P::kHidden / 8);
     finalize_weighted_kernel<P><<<unsigned((vecs + 255) / 256), 256, 0, stream>>>(
         T, r.token_row, r.local_expert, r.row_weight, ws.y, w.b2, static_cast<__nv_bfloat16*>(out));

@@ -139,10 +139,12 @@ struct Pipeline {
 
     if (output == LayerOutput::kRows) {  // the rows the schedule made (offsets[E_local]), each to its output row
       const long max_vecs = rows * (P::kHidden / 8);
-      const cudaError_t e = launch_pdl(store_rows_kernel<P>, dim3(int(max_vecs < 1024L * 256 ? (max_vecs + 255) / 256 : 1024)),
-                                       dim3(256), 0, stream, static_cast<const int32_t*>(r.offsets + P::kLocalExperts),
+      const cudaError_t e = launch_pdl(store_rows_kernel<P, float>,
+                                       dim3(int(max_vecs < 1024L * 256 ? (max_vecs + 255) / 256 : 1024)), dim3(256), 0,
+                                       stream, static_cast<const int32_t*>(r.offsets),
+                                       static_cast<const int32_t*>(r.counts), rp.batched_max_tokens_per_expert,
                                        static_cast<const int32_t*>(r.row_token), static_cast<const float*>(ws.y),
-                                       static_cast<__nv_bfloat16*>(out));
+                                       static_cast<const float*>(nullptr), static_cast<__nv_bfloat16*>(out));
       if (e != cudaSuccess) return fail(int(e), "store rows: %s", cudaGetErrorString(e));
       return 0;
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Round b (2026-12-05): the first GPU run of the models `moegen spec --from-config` reads without a shipped
-# spec (tests/data/hf_configs/unshipped: GLM-4.6, GLM-4.5-Air, Kimi-K2-Instruct; DeepSeek-V3.2 is
+# spec (tests/data/hf_configs/unshipped: GLM-4.6, GLM-4.5-Air, Kimi-K2-Instruct, MiniMax-M2; DeepSeek-V3.2 is
 # DeepSeek-V3's layer and runs its table).  Each spec is written from its published config.json, built
 # with its default kernels (the fallback set: no table), SASS-audited and checked against the float64
 # reference at odd T, T = 0 and beyond the one-block routing, then at --ep-size 8 (Kimi-K2: 48 local experts).
@@ -25,7 +25,7 @@ if [ "$part" = BATCHED ]; then
   exit $rc
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > $D/gpu.txt
-models=("${@:2}"); [ ${#models[@]} -gt 0 ] || models=(kimi-k2-instruct glm-4.5-air glm-4.6)
+models=("${@:2}"); [ ${#models[@]} -gt 0 ] || models=(kimi-k2-instruct glm-4.5-air glm-4.6 minimax-m2)
 for model in "${models[@]}"; do
   python3 -m moegen spec --from-config tests/data/hf_configs/unshipped/$model.json -o /tmp/$model.yaml || { rc=1; continue; }
   for split in "" "--ep-size 8 --ep-rank 0"; do

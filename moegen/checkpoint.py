@@ -17,8 +17,11 @@ Layouts (the model directory's config.json `model_type` picks one):
   ``model.layers.{i}.mlp.gate.{weight,e_score_correction_bias}``.
 * ``qwen3_moe``: ``model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.weight`` (bf16), quantized to
   MXFP4; router ``model.layers.{i}.mlp.gate.weight``.
+* ``minimax_m2``: ``model.layers.{i}.block_sparse_moe.experts.{j}.{w1,w3,w2}.{weight,weight_scale_inv}``
+  (w1 gate, w3 up, w2 down; FP8 with 128 x 128 block scales), quantized to MXFP4; router
+  ``model.layers.{i}.block_sparse_moe.gate.weight`` (float32) and ``.block_sparse_moe.e_score_correction_bias``.
 
-Both float layouts read every release format their models ship in, as config.json's
+The float layouts read every release format their models ship in, as config.json's
 ``quantization_config`` says: none, bf16 (Qwen3, GLM-4.5, DeepSeek-V3 converted to bf16); ``fp8`` with
 128 x 128 blocks (DeepSeek-V3 and V3.2, Kimi-K2, Qwen3's FP8 releases: ``weight_scale_inv`` per block);
 compressed-tensors ``float-quantized`` FP8 per output channel (GLM-4.5's FP8 releases: ``weight_scale``
@@ -50,7 +53,7 @@ MXFP4, BF16, FP8_BLOCKS, FP8_CHANNELS = "mxfp4", "bf16", "fp8 128x128 blocks", "
 DEEPSEEK_V3_LAYER = ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe")  # one layer, names and router
 # What a model directory without a config.json holds: the published release's format.
 PUBLISHED = {"gpt_oss": MXFP4, "deepseek_v4": MXFP4, "qwen3_moe": BF16, "glm4_moe": BF16,
-             "deepseek_v3": FP8_BLOCKS, "deepseek_v32": FP8_BLOCKS, "kimi_k2": FP8_BLOCKS}
+             "deepseek_v3": FP8_BLOCKS, "deepseek_v32": FP8_BLOCKS, "kimi_k2": FP8_BLOCKS, "minimax_m2": FP8_BLOCKS}
 
 
 class CheckpointError(ValueError):
@@ -346,13 +349,16 @@ def _quantized(ck: Checkpoint, name: str, w: torch.Tensor) -> tuple[torch.Tensor
     return quantize(w)
 
 
-def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
-                   device: torch.device) -> RawExperts:
-    """Float (bf16, or block-scaled FP8) experts quantized to MXFP4 on `device`: a GPU's spares the CPU
-    the work (2 cores take about 4 s per DeepSeek-V3 expert, 17 minutes a layer)."""
+def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str, device: torch.device,
+                   prefix: str = "model.layers.{layer}.mlp.experts",
+                   projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> RawExperts:
+    """Float (bf16, or FP8 with block or channel scales) experts quantized to MXFP4 on `device`: a GPU's
+    spares the CPU the work (2 cores take about 4 s per DeepSeek-V3 expert, 17 minutes a layer).  prefix
+    and projections name the layout's tensors: {prefix}.{expert}.{gate, up, down projection}.weight."""
     H, I = spec.hidden_size, spec.intermediate_size
     (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
-    p = f"model.layers.{layer}.mlp.experts"
+    p = prefix.format(layer=layer)
+    gate_name, up_name, down_name = projections
     dtypes = ("BF16", "F16", "F32") if stored == BF16 else ("F8_E4M3",)
 
     def read(name: str, shape: tuple, rows: slice, cols: slice) -> torch.Tensor:
@@ -371,11 +377,11 @@ def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, st
 
     w13, s13, w2, s2 = [], [], [], []
     for j in range(spec.expert_begin, spec.expert_begin + spec.local_experts):
-        gate = read(f"{p}.{j}.gate_proj", (I, H), slice(c0, c1), slice(None))
-        up = read(f"{p}.{j}.up_proj", (I, H), slice(c0, c1), slice(None))
-        down = read(f"{p}.{j}.down_proj", (H, I), slice(None), slice(c0, c1))
+        gate = read(f"{p}.{j}.{gate_name}", (I, H), slice(c0, c1), slice(None))
+        up = read(f"{p}.{j}.{up_name}", (I, H), slice(c0, c1), slice(None))
+        down = read(f"{p}.{j}.{down_name}", (H, I), slice(None), slice(c0, c1))
         (qg, sg), (qu, su), (q2, sc2) = (_quantized(ck, f"{p}.{j}.{n}.weight", w) for n, w in
-                                         (("gate_proj", gate), ("up_proj", up), ("down_proj", down)))
+                                         ((gate_name, gate), (up_name, up), (down_name, down)))
         w13.append(torch.cat((_padded(qg, 0, Il), _padded(qu, 0, Il))))
         s13.append(torch.cat((_padded(sg, 0, Il), _padded(su, 0, Il))))
         w2.append(_padded(q2, 1, Il // 2))
@@ -399,7 +405,16 @@ def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored
                                ("BF16", "F32")))
 
 
-LAYOUTS = {"gpt_oss": _gpt_oss, "deepseek_v4": _deepseek_v4, "qwen3_moe": _qwen3_moe,
+def _minimax_m2(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
+                device: torch.device) -> tuple[RawExperts, dict]:
+    E, H = spec.num_experts, spec.hidden_size
+    p = f"model.layers.{layer}.block_sparse_moe"
+    return _float_experts(ck, spec, layer, tp_rank, stored, device, p + ".experts", ("w1", "w3", "w2")), dict(
+        router_weight=ck.slice(f"{p}.gate.weight", (E, H), ("F32", "BF16")),
+        score_bias=ck.slice(f"{p}.e_score_correction_bias", (E,), ("F32", "BF16")).float())
+
+
+LAYOUTS = {"gpt_oss": _gpt_oss, "deepseek_v4": _deepseek_v4, "qwen3_moe": _qwen3_moe, "minimax_m2": _minimax_m2,
            **{t: _deepseek_v3 for t in DEEPSEEK_V3_LAYER}}
 
 

@@ -355,7 +355,7 @@ def sass(model, arch, tp_size, ep_size, ep_rank, activations, out_root) -> None:
 @main.command("spec")
 @click.option("--from-config", "config", required=True, type=click.Path(path_type=Path),
               help="a model's published config.json (model_type deepseek_v4, deepseek_v3, deepseek_v32, kimi_k2, "
-                   "glm4_moe, gpt_oss or qwen3_moe)")
+                   "glm4_moe, minimax_m2, gpt_oss or qwen3_moe)")
 @click.option("--name", default=None, help="the spec's name (default: from the model directory's name)")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="write the YAML here, not to stdout")
 @_one_line_errors

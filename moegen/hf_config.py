@@ -81,6 +81,24 @@ def _glm4_moe(c: _Config) -> dict:
     return _deepseek_v3(c, router_in_config=False)
 
 
+def _minimax_m2(c: _Config) -> dict:
+    """MiniMax-M2: DeepSeek-V3's router without expert groups or scaling (sigmoid scores; the bias only
+    selects; the chosen scores renormalized), the expert size in intermediate_size, no shared experts."""
+    c.one_of("scoring_func", ("sigmoid",))
+    c.one_of("hidden_act", ("silu",), "silu")
+    if c.get("use_routing_bias", bool) is not True:
+        raise SpecError(f"{c.source}: field 'use_routing_bias' = {shown(c.data['use_routing_bias'])}: expected true "
+                        "(MiniMax-M2's router selects on score + bias)")
+    if c.get("shared_intermediate_size", int, 0):
+        raise SpecError(f"{c.source}: field 'shared_intermediate_size' = {shown(c.data['shared_intermediate_size'])}: "
+                        "expected 0 or absent (moegen's layer is the routed experts; shared experts are the caller's)")
+    return dict(num_experts=c.get("num_local_experts", int), hidden_size=c.get("hidden_size", int),
+                intermediate_size=c.get("intermediate_size", int),
+                router=dict(kind="sigmoid_group_topk", top_k=c.get("num_experts_per_tok", int), n_group=1, topk_group=1,
+                            group_score="top2_sum", score_bias=True, renormalize=True, routed_scaling_factor=1.0),
+                activation=dict(kind="swiglu"))
+
+
 def _gpt_oss(c: _Config) -> dict:
     top_k = c.get("num_experts_per_tok", int, None)
     top_k = c.get("experts_per_token", int) if top_k is None else top_k
@@ -106,7 +124,7 @@ def _qwen3_moe(c: _Config) -> dict:
 
 MODEL_TYPES: dict[str, Callable[[_Config], dict]] = {
     "deepseek_v4": _deepseek_v4, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "qwen3_moe": _qwen3_moe,
-    "deepseek_v32": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe}
+    "deepseek_v32": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "minimax_m2": _minimax_m2}
 
 
 def default_name(path: Path) -> str:
@@ -162,6 +180,7 @@ _SPEC_FIELD_SOURCES = {
                   "router.renormalize": "norm_topk_prob"},
 }
 _SPEC_FIELD_SOURCES.update({t: _SPEC_FIELD_SOURCES["deepseek_v3"] for t in ("deepseek_v32", "kimi_k2", "glm4_moe")})
+_SPEC_FIELD_SOURCES["minimax_m2"] = {"num_experts": "num_local_experts", "router.top_k": "num_experts_per_tok"}
 _CONFIG_FIELD = re.compile(r"field '([^']+)'")
 
 

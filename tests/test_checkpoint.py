@@ -38,8 +38,14 @@ SPECS = {
                      router=dict(kind="sigmoid_group_topk", top_k=2, n_group=1, topk_group=1, group_score="top2_sum",
                                  score_bias=True, routed_scaling_factor=2.5), activation=dict(kind="swiglu")),
 }
+SPECS["minimax_m2"] = dict(name="tiny-minimax", num_experts=8, hidden_size=256, intermediate_size=192,
+                          router=dict(kind="sigmoid_group_topk", top_k=2, n_group=1, topk_group=1,
+                                      group_score="top2_sum", score_bias=True), activation=dict(kind="swiglu"))
 DEEPSEEK_V3_LAYER = ("deepseek_v3", "kimi_k2", "glm4_moe")
-PUBLISHED_FP8 = ("deepseek_v3", "kimi_k2")
+PUBLISHED_FP8 = ("deepseek_v3", "kimi_k2", "minimax_m2")
+# Where each float layout keeps a layer's experts and router, and its projections' names (gate, up, down).
+FLOAT_NAMES = {t: ("mlp", ("gate_proj", "up_proj", "down_proj")) for t in DEEPSEEK_V3_LAYER + ("qwen3_moe",)}
+FLOAT_NAMES["minimax_m2"] = ("block_sparse_moe", ("w1", "w3", "w2"))
 
 
 def config_json(model_type: str, spec, fp8) -> dict:
@@ -65,6 +71,8 @@ def config_json(model_type: str, spec, fp8) -> dict:
         "glm4_moe": dict(n_routed_experts=E, moe_intermediate_size=I, n_group=r.n_group, topk_group=r.topk_group,
                          norm_topk_prob=r.renormalize, routed_scaling_factor=r.routed_scaling_factor,
                          first_k_dense_replace=1, n_shared_experts=1, hidden_act="silu"),
+        "minimax_m2": dict(num_local_experts=E, intermediate_size=I, scoring_func="sigmoid", use_routing_bias=True,
+                           hidden_act="silu", shared_intermediate_size=0),
     }[model_type], **({} if not fp8 else dict(quantization_config=dict(
         blocks=FP8_QUANTIZATION, ue8m0=dict(FP8_QUANTIZATION, scale_fmt="ue8m0"), channels=FP8_CHANNEL_QUANTIZATION)[fp8])))
 
@@ -135,9 +143,10 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
         fp8 = "blocks" if fp8 is True else fp8
         w13f = torch.randn(E, 2 * I, H, generator=g) * 0.02
         w2f = torch.randn(E, H, I, generator=g) * 0.02
-        p = f"model.layers.{LAYER}.mlp"
+        block, (gate_name, up_name, down_name) = FLOAT_NAMES[model_type]
+        p = f"model.layers.{LAYER}.{block}"
         for j in range(E):
-            for name, w in (("gate_proj", w13f[j, :I]), ("up_proj", w13f[j, I:]), ("down_proj", w2f[j])):
+            for name, w in ((gate_name, w13f[j, :I]), (up_name, w13f[j, I:]), (down_name, w2f[j])):
                 key = f"{p}.experts.{j}.{name}"
                 if fp8 == "channels":  # e4m3 values, one fp32 scale per output row
                     scale = torch.rand(w.shape[0], 1, generator=g) * 1e-3 + 1e-4
@@ -158,9 +167,12 @@ def write_checkpoint(tmp_path, model_type, shards=2, fp8=None):
                     t[f"{key}.weight"] = w.to(torch.bfloat16)
                     w.copy_(w.to(torch.bfloat16).float())
         truth.update(w13f=w13f, w2f=w2f)
-        t[f"{p}.gate.weight"] = torch.randn(E, H, generator=g).to(torch.bfloat16)
+        t[f"{p}.gate.weight"] = torch.randn(E, H, generator=g).to(
+            torch.float32 if model_type == "minimax_m2" else torch.bfloat16)
         if model_type in DEEPSEEK_V3_LAYER:
             t[f"{p}.gate.e_score_correction_bias"] = torch.randn(E, generator=g)
+        if model_type == "minimax_m2":
+            t[f"{p}.e_score_correction_bias"] = torch.randn(E, generator=g)
     names = sorted(t)
     weight_map = {}
     for i in range(shards):  # round robin: a weight and its scales land in different shards
@@ -240,7 +252,7 @@ def test_load_experts_prepares_and_returns_the_router(tmp_path, model_type):
     if model_type == "gpt_oss":
         assert layer.router_bias is not None
         torch.testing.assert_close(logits, hidden.float() @ layer.router_weight.float().t() + layer.router_bias.float())
-    assert (layer.score_bias is not None) == (model_type in ("deepseek_v4",) + DEEPSEEK_V3_LAYER)
+    assert (layer.score_bias is not None) == (model_type in ("deepseek_v4", "minimax_m2") + DEEPSEEK_V3_LAYER)
 
 
 def test_deepseek_v4_hash_layer_returns_its_table(tmp_path):
@@ -457,7 +469,8 @@ def test_published_configs_pass_the_checks_with_the_shipped_specs(tmp_path, mode
 UNSHIPPED = {"glm-4.6": ("model.layers.3.mlp.experts.0.gate_proj.weight", "BF16 or F16 or F32", 2),
              "glm-4.5-air": ("model.layers.3.mlp.experts.0.gate_proj.weight", "BF16 or F16 or F32", 0),
              "kimi-k2-instruct": ("model.layers.3.mlp.experts.0.gate_proj.weight", "F8_E4M3", 0),
-             "deepseek-v3.2": ("model.layers.3.mlp.experts.0.gate_proj.weight", "F8_E4M3", 2)}
+             "deepseek-v3.2": ("model.layers.3.mlp.experts.0.gate_proj.weight", "F8_E4M3", 2),
+             "minimax-m2": ("model.layers.3.block_sparse_moe.experts.0.w1.weight", "F8_E4M3", None)}
 
 
 @pytest.mark.parametrize("model", sorted(UNSHIPPED))
@@ -474,8 +487,12 @@ def test_published_configs_of_models_without_a_shipped_spec(tmp_path, model):
     for s in (spec, spec.with_parallel(tp_size=2, ep_size=8, ep_rank=0)):
         with pytest.raises(CheckpointError, match=f"no tensor '{first}' \\(expected {dtypes} "):
             load_raw_experts(tmp_path, s, 3)
-    with pytest.raises(CheckpointError, match=f"layer: {dense_layer} is a dense MLP"):  # below first_k_dense_replace
-        load_raw_experts(tmp_path, spec, dense_layer)
+    if dense_layer is not None:  # below first_k_dense_replace
+        with pytest.raises(CheckpointError, match=f"layer: {dense_layer} is a dense MLP"):
+            load_raw_experts(tmp_path, spec, dense_layer)
+    else:  # every layer is a MoE one
+        with pytest.raises(CheckpointError, match=f"no tensor '{first.replace('.3.', '.0.')}'"):
+            load_raw_experts(tmp_path, spec, 0)
 
 
 def test_deepseeks_mtp_layer_loads_and_an_empty_config_is_checked(tmp_path):

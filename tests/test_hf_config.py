@@ -109,10 +109,13 @@ DEEPSEEK_V3_ROUTER = dict(kind="sigmoid_group_topk", group_score="top2_sum", sco
      dict(top_k=8, n_group=1, topk_group=1, routed_scaling_factor=2.827)),
     ("deepseek-v3.2", dict(num_experts=256, hidden_size=7168, intermediate_size=2048),
      dict(top_k=8, n_group=8, topk_group=4, routed_scaling_factor=2.5)),
+    ("minimax-m2", dict(num_experts=256, hidden_size=3072, intermediate_size=1536),
+     dict(top_k=8, n_group=1, topk_group=1, routed_scaling_factor=1.0)),
 ])
 def test_models_that_reuse_deepseek_v3s_layer(model, sizes, router):
     """GLM-4.5 and later (glm4_moe), Kimi-K2 (kimi_k2) and DeepSeek-V3.2 (deepseek_v32) publish DeepSeek-V3's
-    MoE layer under their own model types; GLM's config.json omits the router's scoring fields."""
+    MoE layer under their own model types; GLM's config.json omits the router's scoring fields.  MiniMax-M2
+    (minimax_m2) has its router without groups or scaling, and its expert size in intermediate_size."""
     spec = spec_from_config(UNSHIPPED / f"{model}.json")
     d = spec.to_dict()
     assert spec.name == model and {k: d[k] for k in sizes} == sizes
@@ -134,9 +137,14 @@ def test_a_model_with_a_shipped_models_layer_gets_its_table():
     ("kimi_k2", dict(scoring_func=None), "field 'scoring_func' = None: expected a string (field is required)"),
     ("deepseek_v32", dict(hidden_act="gelu"), "field 'hidden_act' = 'gelu': expected one of 'silu'"),
     ("kimi_k2", dict(n_group=5), "field 'n_group' (the spec's router.n_group) = 5: expected a divisor of num_experts"),
+    ("minimax_m2", dict(use_routing_bias=False), "field 'use_routing_bias' = False: expected true"),
+    ("minimax_m2", dict(shared_intermediate_size=1536), "field 'shared_intermediate_size' = 1536: expected 0 or absent"),
+    ("minimax_m2", dict(scoring_func="softmax"), "field 'scoring_func' = 'softmax': expected one of 'sigmoid'"),
+    ("minimax_m2", dict(num_local_experts=None), "field 'num_local_experts' = None: expected an integer"),
 ])
 def test_bad_configs_of_those_models(tmp_path, model_type, change, message):
-    name = {"glm4_moe": "glm-4.6", "kimi_k2": "kimi-k2-instruct", "deepseek_v32": "deepseek-v3.2"}[model_type]
+    name = {"glm4_moe": "glm-4.6", "kimi_k2": "kimi-k2-instruct", "deepseek_v32": "deepseek-v3.2",
+            "minimax_m2": "minimax-m2"}[model_type]
     config = json.loads((UNSHIPPED / f"{name}.json").read_text())
     assert config["model_type"] == model_type
     config.update(change)

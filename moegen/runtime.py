@@ -265,21 +265,21 @@ def _experts_batched(handle, hidden, expert_num_tokens, num_tokens, weights, gem
     workspace = torch.empty(lib.workspace_bytes_batched(num_tokens, M), dtype=torch.uint8, device=dev)
     if poison:
         workspace.fill_(0xFF)
-    args = BatchedArgs(num_tokens=num_tokens, max_tokens_per_expert=M, hidden=_ptr(hidden), expert_num_tokens=_ptr(expert_num_tokens),
-                       weights=_weights_struct(*weights), out=_ptr(out), workspace=_ptr(workspace),
-                       workspace_bytes=workspace.numel())
+    args = BatchedArgs(num_tokens=num_tokens, max_tokens_per_expert=M, hidden=_ptr(hidden),
+                       expert_num_tokens=_ptr(expert_num_tokens), weights=_weights_struct(*weights), out=_ptr(out),
+                       workspace=_ptr(workspace), workspace_bytes=workspace.numel())
     _run(lib, lib.dll.moegen_forward_batched, args, gemm1_kernel, gemm2_kernel, dev)
 
 
 @torch.library.custom_op("moegen::moe_experts_batched", mutates_args=())
 def moe_experts_batched(handle: int, hidden: torch.Tensor, expert_num_tokens: torch.Tensor, num_tokens: int,
-                        w13: torch.Tensor,
-                        w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor, b13: Optional[torch.Tensor],
-                        w2: torch.Tensor, w2_scales: torch.Tensor, w2_expert_scale: torch.Tensor,
-                        b2: Optional[torch.Tensor], gemm1_kernel: int, gemm2_kernel: int,
-                        poison: bool = False) -> torch.Tensor:
-    """bf16 [E_local, M, H]: row i < expert_num_tokens[e] of expert e is its output for hidden[e, i]; the
-    other rows are left unwritten."""
+                        w13: torch.Tensor, w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor,
+                        b13: Optional[torch.Tensor], w2: torch.Tensor, w2_scales: torch.Tensor,
+                        w2_expert_scale: torch.Tensor, b2: Optional[torch.Tensor], gemm1_kernel: int,
+                        gemm2_kernel: int, poison: bool = False) -> torch.Tensor:
+    """bf16 [E_local, M, H]: row i < expert_num_tokens[e] of expert e is its output for hidden[e, i]
+    (MoeLayer.experts_batched says what a count past num_tokens x top_k gives); the rows past the counts
+    are left unwritten."""
     out = torch.empty_like(hidden) if isinstance(hidden, torch.Tensor) else None
     _experts_batched(handle, hidden, expert_num_tokens, num_tokens,
                      (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2), gemm1_kernel,
@@ -288,18 +288,17 @@ def moe_experts_batched(handle: int, hidden: torch.Tensor, expert_num_tokens: to
 
 
 @moe_experts_batched.register_fake
-def _(handle, hidden, expert_num_tokens, num_tokens, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2,
-      gemm1_kernel, gemm2_kernel, poison=False):
+def _(handle, hidden, expert_num_tokens, num_tokens, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
+      w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, poison=False):
     return hidden.new_empty(hidden.shape)
 
 
 @torch.library.custom_op("moegen::moe_experts_batched_into", mutates_args=("out",))
 def moe_experts_batched_into(handle: int, hidden: torch.Tensor, expert_num_tokens: torch.Tensor, num_tokens: int,
-                             w13: torch.Tensor,
-                             w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor, b13: Optional[torch.Tensor],
-                             w2: torch.Tensor, w2_scales: torch.Tensor, w2_expert_scale: torch.Tensor,
-                             b2: Optional[torch.Tensor], gemm1_kernel: int, gemm2_kernel: int, out: torch.Tensor,
-                             poison: bool = False) -> None:
+                             w13: torch.Tensor, w13_scales: torch.Tensor, w13_expert_scale: torch.Tensor,
+                             b13: Optional[torch.Tensor], w2: torch.Tensor, w2_scales: torch.Tensor,
+                             w2_expert_scale: torch.Tensor, b2: Optional[torch.Tensor], gemm1_kernel: int,
+                             gemm2_kernel: int, out: torch.Tensor, poison: bool = False) -> None:
     """As moe_experts_batched, written into the caller's bf16 [E_local, M, H] buffer."""
     _experts_batched(handle, hidden, expert_num_tokens, num_tokens,
                      (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2), gemm1_kernel,
@@ -307,8 +306,8 @@ def moe_experts_batched_into(handle: int, hidden: torch.Tensor, expert_num_token
 
 
 @moe_experts_batched_into.register_fake
-def _(handle, hidden, expert_num_tokens, num_tokens, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2,
-      gemm1_kernel, gemm2_kernel, out, poison=False):
+def _(handle, hidden, expert_num_tokens, num_tokens, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
+      w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, out, poison=False):
     return None
 
 
@@ -395,8 +394,8 @@ class MoeLayer:
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
             _fail("num_tokens", shown(num_tokens), "the tokens the dispatch carried over all ranks, an integer >= 0")
         if kernels is None:
-            rows = self.spec.local_experts * hidden_states.shape[1] \
-                if isinstance(hidden_states, torch.Tensor) and hidden_states.dim() == 3 else num_tokens * self.spec.top_k
+            grouped = isinstance(hidden_states, torch.Tensor) and hidden_states.dim() == 3  # else the op refuses it
+            rows = self.spec.local_experts * hidden_states.shape[1] if grouped else num_tokens * self.spec.top_k
             kernels = self.choose_kernels(min(num_tokens, -(-rows // self.spec.top_k)))
         k1, k2 = kernels
         if out is None:

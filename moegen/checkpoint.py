@@ -349,15 +349,13 @@ def _quantized(ck: Checkpoint, name: str, w: torch.Tensor) -> tuple[torch.Tensor
     return quantize(w)
 
 
-def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str, device: torch.device,
-                   prefix: str = "model.layers.{layer}.mlp.experts",
+def _float_experts(ck: Checkpoint, spec: ModelSpec, prefix: str, tp_rank: int, stored: str, device: torch.device,
                    projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")) -> RawExperts:
     """Float (bf16, or FP8 with block or channel scales) experts quantized to MXFP4 on `device`: a GPU's
     spares the CPU the work (2 cores take about 4 s per DeepSeek-V3 expert, 17 minutes a layer).  prefix
     and projections name the layout's tensors: {prefix}.{expert}.{gate, up, down projection}.weight."""
     H, I = spec.hidden_size, spec.intermediate_size
     (c0, c1), Il = spec.tp_slice(tp_rank), spec.local_intermediate
-    p = prefix.format(layer=layer)
     gate_name, up_name, down_name = projections
     dtypes = ("BF16", "F16", "F32") if stored == BF16 else ("F8_E4M3",)
 
@@ -377,10 +375,10 @@ def _float_experts(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, st
 
     w13, s13, w2, s2 = [], [], [], []
     for j in range(spec.expert_begin, spec.expert_begin + spec.local_experts):
-        gate = read(f"{p}.{j}.{gate_name}", (I, H), slice(c0, c1), slice(None))
-        up = read(f"{p}.{j}.{up_name}", (I, H), slice(c0, c1), slice(None))
-        down = read(f"{p}.{j}.{down_name}", (H, I), slice(None), slice(c0, c1))
-        (qg, sg), (qu, su), (q2, sc2) = (_quantized(ck, f"{p}.{j}.{n}.weight", w) for n, w in
+        gate = read(f"{prefix}.{j}.{gate_name}", (I, H), slice(c0, c1), slice(None))
+        up = read(f"{prefix}.{j}.{up_name}", (I, H), slice(c0, c1), slice(None))
+        down = read(f"{prefix}.{j}.{down_name}", (H, I), slice(None), slice(c0, c1))
+        (qg, sg), (qu, su), (q2, sc2) = (_quantized(ck, f"{prefix}.{j}.{n}.weight", w) for n, w in
                                          ((gate_name, gate), (up_name, up), (down_name, down)))
         w13.append(torch.cat((_padded(qg, 0, Il), _padded(qu, 0, Il))))
         s13.append(torch.cat((_padded(sg, 0, Il), _padded(su, 0, Il))))
@@ -393,14 +391,14 @@ def _deepseek_v3(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stor
                  device: torch.device) -> tuple[RawExperts, dict]:
     E, H = spec.num_experts, spec.hidden_size
     p = f"model.layers.{layer}.mlp.gate"
-    return _float_experts(ck, spec, layer, tp_rank, stored, device), dict(
+    return _float_experts(ck, spec, f"model.layers.{layer}.mlp.experts", tp_rank, stored, device), dict(
         router_weight=ck.slice(f"{p}.weight", (E, H), ("BF16", "F32")),
         score_bias=ck.slice(f"{p}.e_score_correction_bias", (E,), ("F32", "BF16")).float())
 
 
 def _qwen3_moe(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: str,
                device: torch.device) -> tuple[RawExperts, dict]:
-    return _float_experts(ck, spec, layer, tp_rank, stored, device), dict(
+    return _float_experts(ck, spec, f"model.layers.{layer}.mlp.experts", tp_rank, stored, device), dict(
         router_weight=ck.slice(f"model.layers.{layer}.mlp.gate.weight", (spec.num_experts, spec.hidden_size),
                                ("BF16", "F32")))
 
@@ -409,7 +407,7 @@ def _minimax_m2(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, store
                 device: torch.device) -> tuple[RawExperts, dict]:
     E, H = spec.num_experts, spec.hidden_size
     p = f"model.layers.{layer}.block_sparse_moe"
-    return _float_experts(ck, spec, layer, tp_rank, stored, device, p + ".experts", ("w1", "w3", "w2")), dict(
+    return _float_experts(ck, spec, p + ".experts", tp_rank, stored, device, ("w1", "w3", "w2")), dict(
         router_weight=ck.slice(f"{p}.gate.weight", (E, H), ("F32", "BF16")),
         score_bias=ck.slice(f"{p}.e_score_correction_bias", (E,), ("F32", "BF16")).float())
 

@@ -110,6 +110,29 @@ struct RoutingWorkspace {
     quantized_rows = nullptr;
     if constexpr (P::kFp8Activations) c.take(quantized_rows, P::kLocalExperts);
   }
+
+  // Points the routing's outputs (and the schedule's tile sizes) at these arrays.
+  void bind(RoutingParams& rp, int bn1, int bn2) const {
+    rp.counts = counts;
+    rp.blocks_done = counts + P::kLocalExperts;
+    rp.slot_in_expert = slot_in_expert;
+    rp.local_expert = local_expert;
+    rp.offsets = offsets;
+    rp.bn1 = bn1;
+    rp.bn2 = bn2;
+    rp.work1_expert = work1_expert;
+    rp.work1_row0 = work1_row0;
+    rp.work1_row_end = work1_row_end;
+    rp.work2_expert = work2_expert;
+    rp.work2_row0 = work2_row0;
+    rp.work2_row_end = work2_row_end;
+    rp.num_work = num_work;
+    rp.expert_progress = expert_progress;
+    rp.quantized_rows = quantized_rows;
+    rp.row_token = row_token;
+    rp.row_weight = row_weight;
+    rp.token_row = token_row;
+  }
 };
 
 // What the layer's last stage writes: each token's weighted sum of its rows (the fused and experts-only
@@ -190,25 +213,7 @@ int run_routing(RoutingParams& rp, const RoutingWorkspace<P>& ws, int bn1, int b
   const int T = rp.num_tokens;
   const long rows = long(T) * P::kTopK;
   cudaError_t e = cudaSuccess;
-  rp.counts = ws.counts;
-  rp.blocks_done = ws.counts + P::kLocalExperts;
-  rp.slot_in_expert = ws.slot_in_expert;
-  rp.local_expert = ws.local_expert;
-  rp.offsets = ws.offsets;
-  rp.bn1 = bn1;
-  rp.bn2 = bn2;
-  rp.work1_expert = ws.work1_expert;
-  rp.work1_row0 = ws.work1_row0;
-  rp.work1_row_end = ws.work1_row_end;
-  rp.work2_expert = ws.work2_expert;
-  rp.work2_row0 = ws.work2_row0;
-  rp.work2_row_end = ws.work2_row_end;
-  rp.num_work = ws.num_work;
-  rp.expert_progress = ws.expert_progress;
-  rp.quantized_rows = ws.quantized_rows;
-  rp.row_token = ws.row_token;
-  rp.row_weight = ws.row_weight;
-  rp.token_row = ws.token_row;
+  ws.bind(rp, bn1, bn2);
   rp.scatter_in_last_block = rows <= kScatterInRoutingMaxRows;
   if (T <= OneBlockRouting<P>::kMaxTokens) {  // decode: one block counts in shared memory
     route_one_block_kernel<P, Source><<<1, OneBlockRouting<P>::kWarps * kWarpSize, 0, stream>>>(rp);
@@ -302,23 +307,7 @@ int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, in
   RoutingParams rp{};
   rp.num_tokens = T;  // the pipeline sizes its grids for T x top_k rows
   rp.batched_max_tokens_per_expert = int(M);
-  const RoutingWorkspace<P>& r = ws.routing;
-  rp.counts = r.counts;
-  rp.offsets = r.offsets;
-  rp.bn1 = kernels[k1].block_n;
-  rp.bn2 = kernels[k2].block_n;
-  rp.work1_expert = r.work1_expert;
-  rp.work1_row0 = r.work1_row0;
-  rp.work1_row_end = r.work1_row_end;
-  rp.work2_expert = r.work2_expert;
-  rp.work2_row0 = r.work2_row0;
-  rp.work2_row_end = r.work2_row_end;
-  rp.num_work = r.num_work;
-  rp.expert_progress = r.expert_progress;
-  rp.quantized_rows = r.quantized_rows;
-  rp.row_token = r.row_token;
-  rp.row_weight = r.row_weight;
-  rp.token_row = r.token_row;
+  ws.routing.bind(rp, kernels[k1].block_n, kernels[k2].block_n);
   schedule_batched_kernel<P><<<1, kBatchedScheduleThreads, 0, stream>>>(rp, a.expert_num_tokens, int(M),
                                                                         int(int64_t(T) * P::kTopK));
   MOEGEN_CHECK_LAUNCH("schedule_batched");
@@ -327,35 +316,19 @@ int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, in
 
 // moegen_struct_layout: each struct's size and its fields' offsets, from the compiler.
 inline const char* struct_layout(const char* name) {
-#define MOEGEN_FIELD_OFFSET(S, f) s += std::string(#f "@") + std::to_string(offsetof(S, f)) + ",";
-  static const std::string weights = [] {
-    std::string s = std::to_string(sizeof(moegen_weights)) + ";";
-#define X(f) MOEGEN_FIELD_OFFSET(moegen_weights, f)
-    MOEGEN_WEIGHTS_FIELDS(X)
-#undef X
-    return s;
-  }();
-  static const std::string args = [] {
-    std::string s = std::to_string(sizeof(moegen_args)) + ";";
-#define X(f) MOEGEN_FIELD_OFFSET(moegen_args, f)
-    MOEGEN_ARGS_FIELDS(X)
-#undef X
-    return s;
-  }();
-  static const std::string experts = [] {
-    std::string s = std::to_string(sizeof(moegen_experts_args)) + ";";
-#define X(f) MOEGEN_FIELD_OFFSET(moegen_experts_args, f)
-    MOEGEN_EXPERTS_ARGS_FIELDS(X)
-#undef X
-    return s;
-  }();
-  static const std::string batched = [] {
-    std::string s = std::to_string(sizeof(moegen_batched_args)) + ";";
-#define X(f) MOEGEN_FIELD_OFFSET(moegen_batched_args, f)
-    MOEGEN_BATCHED_ARGS_FIELDS(X)
-#undef X
-    return s;
-  }();
+#define MOEGEN_FIELD_OFFSET(f) s += std::string(#f "@") + std::to_string(offsetof(Struct, f)) + ",";
+#define MOEGEN_LAYOUT(S, FIELDS)                        \
+  [] {                                                  \
+    using Struct = S;                                   \
+    std::string s = std::to_string(sizeof(S)) + ";";    \
+    FIELDS(MOEGEN_FIELD_OFFSET)                         \
+    return s;                                           \
+  }()
+  static const std::string weights = MOEGEN_LAYOUT(moegen_weights, MOEGEN_WEIGHTS_FIELDS);
+  static const std::string args = MOEGEN_LAYOUT(moegen_args, MOEGEN_ARGS_FIELDS);
+  static const std::string experts = MOEGEN_LAYOUT(moegen_experts_args, MOEGEN_EXPERTS_ARGS_FIELDS);
+  static const std::string batched = MOEGEN_LAYOUT(moegen_batched_args, MOEGEN_BATCHED_ARGS_FIELDS);
+#undef MOEGEN_LAYOUT
 #undef MOEGEN_FIELD_OFFSET
   if (!name) return nullptr;
   if (strcmp(name, "moegen_weights") == 0) return weights.c_str();

@@ -138,7 +138,7 @@ def test_bf16_weights_are_refused_by_a_w4a8_library():
 def test_a_w4a8_library_refuses_batched_calls():
     """W4A8 quantizes its hidden rows per token inside the routing: the batched layout is the BF16
     libraries' (moegen_max_tokens_per_expert() is 0), refused before any launch."""
-    layer, w = _layer("gpt-oss-20b-w4a8")
+    layer, w = _layer("gpt-oss-120b-w4a8")
     spec = layer.spec
     assert layer.library.max_tokens_per_expert == 0
     hidden = torch.zeros((spec.local_experts, 4, spec.hidden_size), dtype=torch.bfloat16, device="cuda")

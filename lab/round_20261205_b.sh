@@ -13,7 +13,16 @@
 #            library's refusal (tests/test_gpu_w4a8.py -k batched); `moegen check` covers it on any build.
 #            BATCHED_K: another -k expression (e.g. "batched and not qwen3": its libraries not staged)
 #   bash lab/round_20261205_b.sh PART     results in $OUT (one file per spec and split, tests-batched.txt)
-# Not yet run: no device was lent in the session that wrote it.
+# Not yet run: no device was lent in the session that wrote it, and in the next one (2026-12-05, 09:50-12:20)
+# none could be started in nine tries.  That session built everything here first (the GPU tests' libraries with
+# MOEGEN_TEST_KERNELS=default for the batched variants and gpt-oss-120b-w4a8, and every spec and split under
+# generated/_new; 30 minutes of nvcc on 2 cores) and staged it with
+#   bash lab/stage_carry.sh generated/_gputest generated/_new generated/.objects
+# so a call only links; the first call it meant to make (one warm start, about 9 minutes):
+#   BATCHED_LIMIT=240 bash lab/round_20261205_b.sh BATCHED; python3 lab/batched_vs_experts.py \
+#     generated/_gputest/deepseek-v4-flash-ep1of8/sm90 8,64,512,2048,8192; CHECK_LIMIT=100 bash \
+#     lab/round_20261205_b.sh SPECS kimi-k2-instruct
+# then SPECS for the other three within 30 s of it (the device's idle release), two models a call.
 set -uo pipefail
 source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}
@@ -34,8 +43,8 @@ for model in "${models[@]}"; do
     { python3 -m moegen build --model /tmp/$model.yaml $split --arch sm90 --out generated/_new \
         --objects generated/.objects -j 16 \
       && python3 -m moegen sass --model /tmp/$model.yaml $split --arch sm90 --out generated/_new | tail -1 \
-      && timeout -k 5 150 python3 -m moegen check --model /tmp/$model.yaml $split --out generated/_new \
-        --tokens 0,1,7,33,300,2048; } > $D/$tag.txt 2>&1 || rc=1
+      && timeout -k 5 ${CHECK_LIMIT:-150} python3 -m moegen check --model /tmp/$model.yaml $split --out generated/_new \
+        --tokens ${CHECK_TOKENS:-0,1,7,33,300,2048}; } > $D/$tag.txt 2>&1 || rc=1
     echo "== $tag"; tail -3 $D/$tag.txt
   done
 done

@@ -14,7 +14,7 @@
 #            BATCHED_K: another -k expression (e.g. "batched and not qwen3": its libraries not staged)
 #   bash lab/round_20261205_b.sh PART     results in $OUT (one file per spec and split, tests-batched.txt)
 # Not yet run: no device was lent in the session that wrote it, and in the next one (2026-12-05, 09:50-12:20)
-# none could be started in nine tries.  That session built everything here first (the GPU tests' libraries with
+# none could be started in ten tries.  That session built everything here first (the GPU tests' libraries with
 # MOEGEN_TEST_KERNELS=default for the batched variants and gpt-oss-120b-w4a8, and every spec and split under
 # generated/_new; 30 minutes of nvcc on 2 cores) and staged it with
 #   bash lab/stage_carry.sh generated/_gputest generated/_new generated/.objects

@@ -82,20 +82,17 @@ __global__ void store_rows_kernel(const int32_t* __restrict__ offsets, const int
 #pragma unroll
       for (int j = 0; j < VEC; ++j) v[j] = __bfloat162float(b[j]);
     }
-    if (bias) {  // the row's expert: the last e with offsets[e] <= r
-      int lo = 0, hi = E - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (__ldcg(offsets + mid) <= r) lo = mid; else hi = mid - 1;
-      }
+    const int dst = __ldcg(row_token + r);  // e * M + i: expert e's row i
+    if (bias) {
+      const float* b = bias + size_t(dst / max_tokens_per_expert) * H + c;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) v[j] += bias[size_t(lo) * H + c + j];
+      for (int j = 0; j < VEC; ++j) v[j] += b[j];
     }
     uint4 o;
     __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) ob[j] = __float2bfloat16(v[j]);
-    *reinterpret_cast<uint4*>(out + size_t(__ldcg(row_token + r)) * H + c) = o;
+    *reinterpret_cast<uint4*>(out + size_t(dst) * H + c) = o;
   }
 }
 

@@ -308,7 +308,7 @@ int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, in
   rp.num_tokens = T;  // the pipeline sizes its grids for T x top_k rows
   rp.batched_max_tokens_per_expert = int(M);
   ws.routing.bind(rp, kernels[k1].block_n, kernels[k2].block_n);
-  schedule_batched_kernel<P><<<1, kBatchedScheduleThreads, 0, stream>>>(rp, a.expert_num_tokens, int(M),
+  schedule_batched_kernel<P><<<1, kBatchedScheduleThreads, 0, stream>>>(rp, a.expert_num_tokens,
                                                                         int(int64_t(T) * P::kTopK));
   MOEGEN_CHECK_LAUNCH("schedule_batched");
   return Pipeline<P>::run(rp, ws, a.weights, a.hidden, a.out, kernels[k1], kernels[k2], LayerOutput::kRows, stream);

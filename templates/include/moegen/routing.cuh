@@ -594,15 +594,16 @@ __device__ void scatter_range(const RoutingParams& rp, const int32_t* offsets, i
 
 // The batched entry point's schedule and permutation, one block: local expert e's rows are its first
 // expert_num_tokens[e] input rows, in order, each with weight 1; row offsets[e] + i reads and writes row
-// e * M + i of the [E_local * M, hidden] input and output.  Each count is clamped to [0, M], and the
-// rows in expert order past max_rows (the pipeline's capacity) are dropped: counts live on the GPU.
+// e * M + i of the [E_local * M, hidden] input and output (M: rp.batched_max_tokens_per_expert).  Each
+// count is clamped to [0, M], and the rows in expert order past max_rows (the pipeline's capacity) are
+// dropped: counts live on the GPU.
 // rp.counts gets the clamped counts and, at [E], their total (store_rows_kernel marks dropped rows).
 constexpr int kBatchedScheduleThreads = 256;
 template <class P>
 __global__ void __launch_bounds__(kBatchedScheduleThreads, 1)
-    schedule_batched_kernel(RoutingParams rp, const int32_t* expert_num_tokens, int max_tokens_per_expert,
-                            int max_rows) {
+    schedule_batched_kernel(RoutingParams rp, const int32_t* expert_num_tokens, int max_rows) {
   constexpr int E = P::kLocalExperts, PER_LANE = (E + kWarpSize - 1) / kWarpSize;
+  const int max_tokens_per_expert = rp.batched_max_tokens_per_expert;
   __shared__ int32_t counts_s[E];
   __shared__ int32_t offsets_s[E + 1];
   pdl_launch_dependents();

@@ -6,9 +6,11 @@ contiguous range of the `--ep-size` build) and its intermediate slice (the `--tp
 tokens with their routing (global top-k ids and weights: route with moegen.routing or your engine).
 Tokens reach the ranks that own their experts, and the results come back:
 
-* ``allgather``: all-gather every EP rank's tokens (padded to one length), run this rank's experts
-  on all of them (slots of other ranks' experts add zero), reduce-scatter the partial sums back.  No
-  host synchronization, static shapes: CUDA-graph capturable.
+* ``allgather``: all-gather every EP rank's tokens, run this rank's experts on all of them (slots of
+  other ranks' experts add zero), reduce-scatter the partial sums back.  The collectives need one
+  length on every rank: pass the same T, or ``pad_to`` (a bound every rank agrees on, e.g. the CUDA
+  graph's batch size), to which each rank pads its tokens with slots that name no expert.  No host
+  synchronization, static shapes: CUDA-graph capturable.
 * ``alltoall``: send each token only to the ranks that own one of its experts
   (``all_to_all_single``), run the experts there, send the partial sums back and add them per token
   in rank order.  Fewer bytes at large T; the split sizes cost one host sync.
@@ -93,6 +95,17 @@ def _unpack_rows(rows: torch.Tensor, *likes: torch.Tensor) -> list[torch.Tensor]
     return parts
 
 
+def _padded(length: int | None, hidden: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor):
+    """The tokens padded to `length` rows (None: as they are) with rows that add nothing: id -1, weight 0."""
+    T = hidden.shape[0]
+    if length is None or length == T:
+        return hidden, ids, weights
+    pad = length - T
+    return (torch.cat((hidden, hidden.new_zeros((pad, hidden.shape[1])))),
+            torch.cat((ids, ids.new_full((pad, ids.shape[1]), -1))),
+            torch.cat((weights, weights.new_zeros((pad, weights.shape[1])))))
+
+
 class DistributedMoe:
     def __init__(self, spec: ModelSpec, experts: Experts, groups: Groups, mode: str = "allgather"):
         if mode not in MODES:
@@ -105,13 +118,20 @@ class DistributedMoe:
         self.spec, self.experts, self.groups, self.mode = spec, experts, groups, mode
 
     def __call__(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-                 mode: str | None = None) -> torch.Tensor:
-        """This rank's tokens' layer output (bf16 [T, H]).  With `allgather` every EP rank must pass the
-        same T (pad; CUDA graphs need it anyway); `alltoall` takes any T per rank, 0 included."""
+                 mode: str | None = None, pad_to: int | None = None) -> torch.Tensor:
+        """This rank's tokens' layer output (bf16 [T, H]).  `alltoall` takes any T per rank, 0 included.
+        `allgather` needs one length on every EP rank: the same T, or the same `pad_to` >= T on each (the
+        ranks cannot check it without a host sync: lengths that differ make NCCL hang or misread)."""
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
-        out = (self._allgather if mode == "allgather" else self._alltoall)(hidden, topk_ids, topk_weights)
+        T = hidden.shape[0]
+        if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < T):
+            raise ValueError(f"pad_to = {pad_to!r}: expected an integer >= this rank's {T} tokens")
+        if mode == "allgather":
+            out = self._allgather(*_padded(pad_to, hidden, topk_ids, topk_weights))[:T]
+        else:
+            out = self._alltoall(hidden, topk_ids, topk_weights)
         if self.groups.tp_size > 1:  # the TP ranks' partial sums over their intermediate slices
             dist.all_reduce(out, group=self.groups.tp)
         return out.to(hidden.dtype)

@@ -80,14 +80,17 @@ def _worker(rank, world, ep_size, tp_size, port, results):
         mine = _rank_weights(full, spec, w, groups)
         moe = DistributedMoe(spec, lambda h, i, wt: layer.experts(h, i, wt, mine), groups)
         single = _load(full) if rank == 0 else None
-        for case, T in (("zero", 0), ("one", 1), ("decode", 16), ("other_rank", 64), ("prefill", 4096)):
+        # "uneven": the EP ranks hold 3 and 11 tokens; all-gather pads both to 16 (pad_to)
+        for case, T in (("zero", 0), ("one", 1), ("decode", 16), ("other_rank", 64), ("prefill", 4096),
+                        ("uneven", 3 + 8 * groups.ep_rank)):
             x = random_inputs(full, T, "cuda", SEED + T + 1000 * groups.ep_rank, skew=case == "other_rank")
             ids = torch.topk(x.logits, full.top_k, dim=1).indices
             if case == "other_rank":  # every token of this rank on the other EP rank's experts
                 ids = (ids % spec.local_experts) + ((groups.ep_rank + 1) % ep_size) * spec.local_experts
             weights = torch.softmax(x.logits.gather(1, ids), dim=1)  # from the seeded inputs: equal on TP peers
             for mode in ("allgather", "alltoall"):
-                results[(rank, case, mode)] = moe(x.hidden, ids, weights, mode=mode).cpu()
+                pad_to = 16 if case == "uneven" and mode == "allgather" else None
+                results[(rank, case, mode)] = moe(x.hidden, ids, weights, mode=mode, pad_to=pad_to).cpu()
             results[(rank, case, "input")] = (x.hidden.cpu(), ids.cpu(), weights.cpu())
         # CUDA-graph capture of the all-gather exchange
         x = random_inputs(full, 32, "cuda", SEED + 7 + groups.ep_rank)
@@ -136,6 +139,6 @@ def test_two_gpus_equal_one(ep_size, tp_size):
             print(f"ep{ep_size} tp{tp_size} rank {rank} {case} {mode}: rel L2 vs one GPU {err:.2e}")
             assert err <= TOLERANCE
             compared += 1
-    assert compared == 2 * 4 * 2  # ranks x cases with tokens x modes
+    assert compared == 2 * 5 * 2  # ranks x cases with tokens x modes
     graphs = [v for (r, c, m), v in results.items() if c == "graph"]
     assert len(graphs) == 2 and all(graphs)

@@ -50,6 +50,24 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
 // schedule dropped (counts[e], clamped, past the rows it kept: a num_tokens too small for the dispatch)
 // are written as NaN, so that misuse shows; the other output rows are not written.  The grid strides over
 // the rows the schedule made (their count is on the GPU).
+// Rows [from, to) of local expert e's M output rows set to NaN: rows a count names that the schedule did
+// not keep, so that misuse shows.
+template <int H>
+__device__ void nan_rows(__nv_bfloat16* __restrict__ out, int e, int max_tokens_per_expert, int from, int to) {
+  constexpr int VEC = 8, PER_ROW = H / VEC;
+  const uint4 nan = make_uint4(0x7FC07FC0u, 0x7FC07FC0u, 0x7FC07FC0u, 0x7FC07FC0u);
+  for (long v = long(from) * PER_ROW + threadIdx.x; v < long(to) * PER_ROW; v += blockDim.x)
+    *reinterpret_cast<uint4*>(out + (size_t(e) * max_tokens_per_expert + v / PER_ROW) * H + (v % PER_ROW) * VEC) = nan;
+}
+
+// A batched call of no tokens (num_tokens = 0) keeps no rows: every row a count names is NaN.
+template <class P>
+__global__ void nan_named_rows_kernel(const int32_t* __restrict__ counts, int max_tokens_per_expert,
+                                      __nv_bfloat16* __restrict__ out) {
+  for (int e = blockIdx.x; e < P::kLocalExperts; e += gridDim.x)
+    nan_rows<P::kHidden>(out, e, max_tokens_per_expert, 0, min(max(__ldg(counts + e), 0), max_tokens_per_expert));
+}
+
 template <class P, class Row>
 __global__ void store_rows_kernel(const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
                                   int max_tokens_per_expert, const int32_t* __restrict__ row_token,
@@ -58,13 +76,8 @@ __global__ void store_rows_kernel(const int32_t* __restrict__ offsets, const int
   constexpr int H = P::kHidden, VEC = 8, PER_ROW = H / VEC, E = P::kLocalExperts;
   pdl_wait();  // y is GEMM2's output
   if (__ldcg(offsets + E) < __ldcg(counts + E)) {  // rows were dropped: NaN in them, an expert per block
-    const uint4 nan = make_uint4(0x7FC07FC0u, 0x7FC07FC0u, 0x7FC07FC0u, 0x7FC07FC0u);
-    for (int e = blockIdx.x; e < E; e += gridDim.x) {
-      const int kept = __ldcg(offsets + e + 1) - __ldcg(offsets + e), named = __ldcg(counts + e);
-      for (long v = long(kept) * PER_ROW + threadIdx.x; v < long(named) * PER_ROW; v += blockDim.x)
-        *reinterpret_cast<uint4*>(out + (size_t(e) * max_tokens_per_expert + v / PER_ROW) * H + (v % PER_ROW) * VEC) =
-            nan;
-    }
+    for (int e = blockIdx.x; e < E; e += gridDim.x)
+      nan_rows<H>(out, e, max_tokens_per_expert, __ldcg(offsets + e + 1) - __ldcg(offsets + e), __ldcg(counts + e));
   }
   const long vecs = long(__ldcg(offsets + E)) * PER_ROW;
   for (long idx = long(blockIdx.x) * blockDim.x + threadIdx.x; idx < vecs; idx += long(gridDim.x) * blockDim.x) {

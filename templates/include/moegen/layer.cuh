@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "moegen/abi.h"
+#include "moegen/finalize.cuh"  // the batched call of no tokens marks its named rows
 #include "moegen/routing.cuh"
 
 namespace moegen {
@@ -303,7 +304,14 @@ int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, in
   typename Pipeline<P>::Workspace ws;  // that of T tokens: workspace_bytes_batched(num_tokens, M)
   if (int rc = check_call<P>(T, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws)) return rc;
   if (!a.expert_num_tokens) return fail(-1, "expert_num_tokens: NULL");
-  if (T == 0) return 0;
+  if (T == 0) {  // no tokens (or M = 0, where the counts clamp to 0): the rows the counts name are past the bound
+    if (M > 0) {
+      nan_named_rows_kernel<P><<<P::kLocalExperts, 256, 0, stream>>>(a.expert_num_tokens, int(M),
+                                                                     static_cast<__nv_bfloat16*>(a.out));
+      MOEGEN_CHECK_LAUNCH("NaN in the named rows");
+    }
+    return 0;
+  }
   RoutingParams rp{};
   rp.num_tokens = T;  // the pipeline sizes its grids for T x top_k rows
   rp.batched_max_tokens_per_expert = int(M);

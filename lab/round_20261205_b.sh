@@ -13,16 +13,8 @@
 #            library's refusal (tests/test_gpu_w4a8.py -k batched); `moegen check` covers it on any build.
 #            BATCHED_K: another -k expression (e.g. "batched and not qwen3": its libraries not staged)
 #   bash lab/round_20261205_b.sh PART     results in $OUT (one file per spec and split, tests-batched.txt)
-# Not yet run: no device was lent in the session that wrote it, and in the next one (2026-12-05, 09:50-12:20)
-# none could be started in ten tries.  That session built everything here first (the GPU tests' libraries with
-# MOEGEN_TEST_KERNELS=default for the batched variants and gpt-oss-120b-w4a8, and every spec and split under
-# generated/_new; 30 minutes of nvcc on 2 cores) and staged it with
-#   bash lab/stage_carry.sh generated/_gputest generated/_new generated/.objects
-# so a call only links; the first call it meant to make (one warm start, about 9 minutes):
-#   BATCHED_LIMIT=240 bash lab/round_20261205_b.sh BATCHED; python3 lab/batched_vs_experts.py \
-#     generated/_gputest/deepseek-v4-flash-ep1of8/sm90 8,64,512,2048,8192; CHECK_LIMIT=100 bash \
-#     lab/round_20261205_b.sh SPECS kimi-k2-instruct
-# then SPECS for the other three within 30 s of it (the device's idle release), two models a call.
+# Ran (2026-12-05, an H100, through lab/round_20261205_c.sh): SPECS of all four models, whole and ep 8,
+# all passed (docs/benchmarks.md "GPU tests and checks"); BATCHED's tests ran inside round c's TESTS.
 set -uo pipefail
 source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}

@@ -10,6 +10,8 @@
 #   SPECS M.. round b's SPECS (CHECK_LIMIT, CHECK_TOKENS)
 # First call: TESTS then `CHECK_LIMIT=80 bash lab/round_20261205_c.sh SPECS kimi-k2-instruct`; then SPECS
 # of the other three within the device's idle release (30 s).
+# Ran (2026-12-05, an H100, at b5d7a89): TESTS (cut at its limit at ~95 %; the 3 failures were the batched
+# num_tokens = 0 case, fixed in 05601d4, not rerun) and SPECS of all four models (passed).
 set -uo pipefail
 source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}

@@ -44,12 +44,6 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
   *reinterpret_cast<uint4*>(out + size_t(t) * H + c) = o;
 }
 
-// The batched entry point's last stage: out[row_token[r], :] = GEMM2's row r for the offsets[E_local]
-// local rows, plus the row's expert's bias where GEMM2 leaves it out (`bias`: SM100, whose GEMM2 writes
-// plain bf16 rows; SM90 adds it, and the weight, 1 here, in its epilogue).  Rows a count names but the
-// schedule dropped (counts[e], clamped, past the rows it kept: a num_tokens too small for the dispatch)
-// are written as NaN, so that misuse shows; the other output rows are not written.  The grid strides over
-// the rows the schedule made (their count is on the GPU).
 // Rows [from, to) of local expert e's M output rows set to NaN: rows a count names that the schedule did
 // not keep, so that misuse shows.
 template <int H>
@@ -68,6 +62,12 @@ __global__ void nan_named_rows_kernel(const int32_t* __restrict__ counts, int ma
     nan_rows<P::kHidden>(out, e, max_tokens_per_expert, 0, min(max(__ldg(counts + e), 0), max_tokens_per_expert));
 }
 
+// The batched entry point's last stage: out[row_token[r], :] = GEMM2's row r for the offsets[E_local]
+// local rows, plus the row's expert's bias where GEMM2 leaves it out (`bias`: SM100, whose GEMM2 writes
+// plain bf16 rows; SM90 adds it, and the weight, 1 here, in its epilogue).  Rows a count names but the
+// schedule dropped (counts[e], clamped, past the rows it kept: a num_tokens too small for the dispatch)
+// are written as NaN, so that misuse shows; the other output rows are not written.  The grid strides over
+// the rows the schedule made (their count is on the GPU).
 template <class P, class Row>
 __global__ void store_rows_kernel(const int32_t* __restrict__ offsets, const int32_t* __restrict__ counts,
                                   int max_tokens_per_expert, const int32_t* __restrict__ row_token,

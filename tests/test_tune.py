@@ -363,6 +363,13 @@ def test_compaction_never_keeps_a_pair_timed_slower_than_tolerance():
     assert tune.compact(kernels, choices, timed, 0.01)[2] == (1, 3, 100.0)  # 2.6 % slower: back to the tuned pair
     close = measurements + [M(2, names[0], names[2], 100.8, "", None, None, "confirm")]
     assert tune.compact(kernels, choices, close, 0.01)[2] == (0, 2, 100.8)
+    # scored by the median of its timings, as search scores pairs: one lucky timing does not keep it
+    lucky = measurements + [M(2, names[0], names[2], t, "", None, None, "confirm") for t in (100.5, 101.6, 107.0)]
+    assert tune.compact(kernels, choices, lucky, 0.01)[2] == (1, 3, 100.0)
+    steady = measurements + [M(2, names[0], names[2], t, "", None, None, "confirm") for t in (100.5, 100.9, 107.0)]
+    assert tune.compact(kernels, choices, steady, 0.01)[2] == (0, 2, 100.9)
+    failed = steady + [M(2, names[0], names[2], math.inf, "launch failed", None, None, "confirm")]
+    assert tune.compact(kernels, choices, failed, 0.01)[2] == (1, 3, 100.0)
 
 
 def test_a_merged_tune_leaves_the_pairs_of_buckets_it_did_not_time():

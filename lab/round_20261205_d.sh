@@ -13,8 +13,9 @@
 #                  /tmp/round_d into $OUT/round_d.tgz (table, tune logs, bench JSONs)
 # Each call within the device's idle release (30 s) of the one before, so /tmp/round_d persists.
 # Ran (2026-12-05, an H100 80GB HBM3, at 7c6b414): TESTS (415 passed, 2 skipped), TUNE 1,2,4,8,16,32,64,128,
-# TUNE 256,...,16384 and BENCH 1,4,16,64,256,1024,4096,16384 (docs/benchmarks.md, "DeepSeek-V4-Flash on an
-# H100"), and compute-sanitizer memcheck of the batched tests (docs/benchmarks.md, "GPU tests and checks").
+# TUNE 256,...,16384 and BENCH 1,4,16,64,256,1024,4096,16384, the same three with MODEL=gpt-oss-120b at c3460ca
+# (docs/benchmarks.md, "DeepSeek-V4-Flash and gpt-oss-120b on an H100"), and compute-sanitizer memcheck of
+# the batched tests (docs/benchmarks.md, "GPU tests and checks").
 set -uo pipefail
 D=${OUT:-/tmp}
 R=/tmp/round_d; mkdir -p $R/dispatch

@@ -120,8 +120,9 @@ class DistributedMoe:
     def __call__(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                  mode: str | None = None, pad_to: int | None = None) -> torch.Tensor:
         """This rank's tokens' layer output (bf16 [T, H]).  `alltoall` takes any T per rank, 0 included
-        (and needs no pad_to).  `allgather` needs one length on every EP rank: the same T, or the same `pad_to` >= T on each (the
-        ranks cannot check it without a host sync: lengths that differ make NCCL hang or misread)."""
+        (and needs no pad_to).  `allgather` needs one length on every EP rank: the same T, or the same
+        `pad_to` >= T on each (the ranks cannot check it without a host sync: lengths that differ make
+        NCCL hang or misread)."""
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")

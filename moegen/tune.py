@@ -92,6 +92,11 @@ def local_memory_reasons(manifest_data: dict) -> dict[str, str]:
     return {kernel: "; ".join(lines) for kernel, lines in found.items() if lines}
 
 
+def pair_score(times: list[float]) -> float:
+    """How search ranks a pair of kernels: the median of its timings; infinity if any failed."""
+    return statistics.median(times) if all(map(math.isfinite, times)) else math.inf
+
+
 def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buckets=BUCKETS,
            log: Callable[[str], None] = print, on_bucket: Callable | None = None,
            rejected: dict[str, str] | None = None
@@ -136,10 +141,9 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
                     m = _timed(profiler, tokens, g1, g2, names, "confirm")
                     measurements.append(m)
                     times.setdefault((g1, g2), []).append(m.us)
-        scored = [(statistics.median(ts), pair) for pair, ts in times.items() if all(math.isfinite(t) for t in ts)]
-        if not scored:
+        us, (g1, g2) = min((pair_score(ts), pair) for pair, ts in times.items())
+        if not math.isfinite(us):
             raise TuneError(f"T={tokens}: every confirmed pair failed")
-        us, (g1, g2) = min(scored)
         choices[tokens] = (g1, g2, us)
         log(f"[{bi + 1}/{len(buckets)}] T={tokens}: {kernels[g1].name} + {kernels[g2].name}: {us:.1f} us")
         if on_bucket is not None:
@@ -189,7 +193,7 @@ def compact(kernels: list[KernelConfig], choices: dict[int, tuple[int, int, floa
         n1, n2 = picks[0][t], picks[1][t]
         if (n1, n2) != (g1, g2):
             pair = [m.us for m in measurements if m.tokens == t and (index[m.gemm1], index[m.gemm2]) == (n1, n2)]
-            us = (statistics.median(pair) if all(map(math.isfinite, pair)) else math.inf) if pair else math.nan
+            us = pair_score(pair) if pair else math.nan
             if us > (1 + tolerance) * choices[t][2]:  # NaN compares False: an untimed pair stays
                 n1, n2, us = choices[t]
         out[t] = (n1, n2, us)
@@ -244,9 +248,8 @@ def searched_pairs(table: dict) -> dict[int, tuple[str, str, float]]:
         for m in here:
             if m[6] == "confirm":
                 times.setdefault((m[1], m[2]), []).append(math.inf if m[3] is None else m[3])
-        scored = [(statistics.median(ts), pair) for pair, ts in times.items() if all(map(math.isfinite, ts))]
-        if scored:  # a pair failing any timing is out, as in search
-            us, (g1, g2) = min(scored)
+        us, (g1, g2) = min((pair_score(ts), pair) for pair, ts in times.items())
+        if math.isfinite(us):  # a pair failing any timing is out, as in search
             pairs[tokens] = (g1, g2, us)
     return pairs
 

@@ -28,6 +28,7 @@ VARIANTS = {
     "gpt-oss-120b-tp2": dict(model="gpt-oss-120b", tp_size=2),
     "qwen3-30b-a3b-ep1of4": dict(model="qwen3-30b-a3b", ep_size=4, ep_rank=1),
     "deepseek-v4-flash-ep1of8": dict(model="deepseek-v4-flash", ep_size=8, ep_rank=1),
+    "deepseek-v3-ep1of8": dict(model="deepseek-v3", ep_size=8, ep_rank=1),
 }
 # Test-only specs: their routing is the point, so they get the fallback kernels only.
 ROUTING_VARIANTS = {

@@ -334,7 +334,8 @@ def test_batched_input_checks():
 # --- batch invariance ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-120b", "gpt-oss-20b", "qwen3-30b-a3b",
-                                     "gpt-oss-120b-tp2", "gpt-oss-20b-tp2", "qwen3-30b-a3b-ep1of4"])
+                                     "gpt-oss-120b-tp2", "gpt-oss-20b-tp2", "qwen3-30b-a3b-ep1of4",
+                                     "deepseek-v4-flash-ep1of8", "deepseek-v3-ep1of8"])
 def test_batch_invariance(variant):
     """A token's output is bitwise the same alone and inside batches of any size, whichever kernels
     the dispatch picks for them: every bucket of the shipped table and the token count just past it

@@ -5,7 +5,8 @@ table labelled `retuned`), and the table to ship.
   python3 lab/bench_verdict.py A.json B.json                      per-T change, new against old, both orders
   python3 lab/bench_verdict.py A.json B.json --merge TUNED OUT    OUT (a shipped table) gains TUNED's new
       buckets that both orders confirm (>= 1 % faster in both, or the same pair); the others, unbenched
-      ones included, are left out, so their T run the next bucket's pair as before.  A bucket OUT
+      ones included, are left out, so their T run the next bucket's pair as before (where a new bucket
+      between would change that pair, T keeps the one it ran in a bucket of its own).  A bucket OUT
       already has takes TUNED's pair only where both orders confirm it.
   python3 lab/bench_verdict.py A.json B.json --override TUNED OUT  a table with no predecessor: TUNED, but
       a bucket both orders measured >= 1 % slower than the heuristic takes the heuristic's pair, with the
@@ -13,7 +14,9 @@ table labelled `retuned`), and the table to ship.
       the tuner's pick stays: nothing measured says the heuristic's is better.
 """
 import json
+import math
 import sys
+from statistics import median
 from pathlib import Path
 
 
@@ -45,6 +48,12 @@ def confirmed(ca, cb, same):
     return same or (ca <= -0.01 and cb <= -0.01)
 
 
+def dispatched(buckets, t):
+    """The (gemm1, gemm2) a table runs at T: its smallest bucket at or above T (None above the last)."""
+    above = [b for b in buckets if b["tokens"] >= t]
+    return None if not above else (lambda b: (b["gemm1"], b["gemm2"]))(min(above, key=lambda b: b["tokens"]))
+
+
 def main(argv):
     verdict = changes(argv[0], argv[1])
     for t, (ca, cb, same, _) in verdict.items():
@@ -66,7 +75,16 @@ def main(argv):
         drop = unconfirmed - old.keys()
         table["buckets"] = [old[t] if t in kept else b for t, b in tuned.items() if t not in drop]
         table["measurements"] = [m for m in table["measurements"] if m[0] not in drop]
-        print("left out:", sorted(drop), "shipped pair kept:", sorted(kept))
+        # A left-out T runs the next bucket's pair: where a new bucket between it and the old next one
+        # changed that pair, T gets a bucket of its own with the pair it ran before.
+        held = {t: old_pair for t in drop
+                if (old_pair := dispatched(old.values(), t)) and dispatched(table["buckets"], t) != old_pair}
+        for t, (g1, g2) in held.items():
+            timed = [m[3] for m in json.load(open(tuned_path))["measurements"]
+                     if (m[0], m[1], m[2]) == (t, g1, g2) and m[3] is not None and math.isfinite(m[3])]
+            table["buckets"].append(dict(tokens=t, gemm1=g1, gemm2=g2, us=round(median(timed), 2) if timed else None))
+        table["buckets"].sort(key=lambda b: b["tokens"])
+        print("left out:", sorted(drop), "shipped pair kept:", sorted(kept), "the pair before held:", sorted(held))
     elif mode == "--override":
         for b in table["buckets"]:
             ca, cb, same, (g1, g2) = verdict.get(b["tokens"], (0, 0, True, (None, None)))

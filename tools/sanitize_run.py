@@ -3,13 +3,21 @@ least once, one-block routing (T = 3 and 8; BF16 also 32), many-block routing (W
 the scatter kernel (T = 1024), and the experts-only entry point.
 
     compute-sanitizer --tool memcheck python3 tools/sanitize_run.py generated/deepseek-v4-flash/sm90
+
+PyTorch's caching allocator is off here: memcheck sees only the allocator's large segments, so an access
+past a tensor's end inside its cached segment would go unreported.  (Under the sanitizer the cache also
+never frees: PyTorch's allocated bytes grew from 11 to 56 GiB over seven batched GPU tests that hold 3.2
+GiB without it.)  Run pytest under the sanitizer with PYTORCH_NO_CUDA_MEMORY_CACHING=1 likewise.
 """
+import os
 import sys
 
-import torch
+os.environ.setdefault("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")  # before torch allocates anything
 
-from moegen.runtime import load
-from moegen.testing import random_inputs, random_weights
+import torch  # noqa: E402
+
+from moegen.runtime import load  # noqa: E402
+from moegen.testing import random_inputs, random_weights  # noqa: E402
 
 layer = load(sys.argv[1])
 spec = layer.spec

@@ -5,9 +5,9 @@ the scatter kernel (T = 1024), and the experts-only entry point.
     compute-sanitizer --tool memcheck python3 tools/sanitize_run.py generated/deepseek-v4-flash/sm90
 
 PyTorch's caching allocator is off here: memcheck sees only the allocator's large segments, so an access
-past a tensor's end inside its cached segment would go unreported.  (Under the sanitizer the cache also
-never frees: PyTorch's allocated bytes grew from 11 to 56 GiB over seven batched GPU tests that hold 3.2
-GiB without it.)  Run pytest under the sanitizer with PYTORCH_NO_CUDA_MEMORY_CACHING=1 likewise.
+past a tensor's end inside its cached segment would go unreported.  (Under the sanitizer PyTorch's
+allocated bytes also grew from 11 to 56 GiB over seven batched GPU tests that hold 3.2 GiB without it.)
+Run pytest under the sanitizer with PYTORCH_NO_CUDA_MEMORY_CACHING=1 likewise.
 """
 import os
 import sys

@@ -16,8 +16,8 @@ table labelled `retuned`), and the table to ship.
 import json
 import math
 import sys
-from statistics import median
 from pathlib import Path
+from statistics import median
 
 
 def rows(path, old_label):
@@ -51,7 +51,10 @@ def confirmed(ca, cb, same):
 def dispatched(buckets, t):
     """The (gemm1, gemm2) a table runs at T: its smallest bucket at or above T (None above the last)."""
     above = [b for b in buckets if b["tokens"] >= t]
-    return None if not above else (lambda b: (b["gemm1"], b["gemm2"]))(min(above, key=lambda b: b["tokens"]))
+    if not above:
+        return None
+    b = min(above, key=lambda b: b["tokens"])
+    return b["gemm1"], b["gemm2"]
 
 
 def main(argv):
@@ -73,14 +76,15 @@ def main(argv):
         pair = lambda b: (b["gemm1"], b["gemm2"])
         kept = {t for t in unconfirmed if t in old and pair(old[t]) != pair(tuned[t])}
         drop = unconfirmed - old.keys()
+        timings = table["measurements"]
         table["buckets"] = [old[t] if t in kept else b for t, b in tuned.items() if t not in drop]
-        table["measurements"] = [m for m in table["measurements"] if m[0] not in drop]
+        table["measurements"] = [m for m in timings if m[0] not in drop]
         # A left-out T runs the next bucket's pair: where a new bucket between it and the old next one
         # changed that pair, T gets a bucket of its own with the pair it ran before.
         held = {t: old_pair for t in drop
                 if (old_pair := dispatched(old.values(), t)) and dispatched(table["buckets"], t) != old_pair}
         for t, (g1, g2) in held.items():
-            timed = [m[3] for m in json.load(open(tuned_path))["measurements"]
+            timed = [m[3] for m in timings
                      if (m[0], m[1], m[2]) == (t, g1, g2) and m[3] is not None and math.isfinite(m[3])]
             table["buckets"].append(dict(tokens=t, gemm1=g1, gemm2=g2, us=round(median(timed), 2) if timed else None))
         table["buckets"].sort(key=lambda b: b["tokens"])

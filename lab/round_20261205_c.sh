@@ -11,7 +11,8 @@
 # First call: TESTS alone (about 9 minutes with the batched look); then SPECS, two models a call,
 # each call within the device's idle release (30 s) of the one before.
 # Ran (2026-12-05, an H100, at b5d7a89): TESTS (cut at its limit at ~95 %; the 3 failures were the batched
-# num_tokens = 0 case, fixed in 05601d4, not rerun) and SPECS of all four models (passed).
+# num_tokens = 0 case, fixed in 05601d4; round d's TESTS reran the whole suite at 7c6b414: passed) and SPECS of all
+# four models (passed).
 set -uo pipefail
 source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -297,6 +298,9 @@ def directory_lock(path: Path, log: Callable[[str], None] = print, shared: bool 
     if fd is None:
         try:
             fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise BuildError(f"{path}: not writable (its lock file {name} cannot be created), expected a "
+                             "directory this user may write") from None
         except OSError as e:
             raise BuildError(f"{lock_path}: cannot open the build lock: {e.strerror or e}") from None
     try:
@@ -436,8 +440,10 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         start = time.monotonic()
         failures = []
         shapes = gemm_shapes(model_from_dict(plan.manifest["spec"]))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_compile_one, plan, c) for c in todo]
+        nvcc = _Compiles()
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+        try:
+            futures = [pool.submit(_compile_one, plan, c, nvcc) for c in todo]
             for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
                 step, ok, text, secs = fut.result()
                 if ok:
@@ -452,11 +458,15 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
                 else:
                     failures.append((step, text))
                     log(f"[{i}/{len(todo)}] {step.name}: FAILED after {secs:.0f} s")
+        except BaseException:  # Ctrl-C, SIGTERM: start no more compiles and stop the running ones
+            nvcc.stop()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         if failures:
             step, text = failures[0]
-            tail = "\n".join(text.strip().splitlines()[-40:])
-            raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all); "
-                             f"full log: {stage / 'logs' / (step.name + '.log')}\n{tail}")
+            raise BuildError(f"kernel {step.name} failed to compile ({len(failures)} failure(s) in all): "
+                             f"{first_error(text)}; full log: {stage / 'logs' / (step.name + '.log')}")
         _link(plan)
         manifest = dict(plan.manifest, library_sha256=file_sha256(out / plan.library), resources=result.resources)
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
@@ -510,15 +520,55 @@ def _write_log(out: Path, step: CompileStep, text: str) -> None:
         atomic_write(path, content)
 
 
-def _compile_one(plan: BuildPlan, step: CompileStep):
+def first_error(log: str) -> str:
+    """The line of a compiler's or linker's output that says what went wrong: the first naming an
+    error, else the last (the whole output stays in the log file)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return next((line for line in lines if re.search(r"\berror\b", line, re.I)), lines[-1] if lines else "no output")
+
+
+class _Compiles:
+    """A build's running nvcc processes: once stopped, it starts none and kills those running, so an
+    interrupted build ends at once instead of compiling the rest of its queue."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def run(self, command: list[str], cwd: Path) -> tuple[int, str]:
+        with self._lock:
+            if self._stopped:
+                return -1, "not started: the build was interrupted"
+            # A process group of its own: nvcc's children (cicc, ptxas) hold its output pipe, and stop()
+            # must end them all.
+            proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+            self._running.add(proc)
+        try:
+            output, _ = proc.communicate()
+            return proc.returncode, output
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _compile_one(plan: BuildPlan, step: CompileStep, nvcc: _Compiles):
     stage, store = plan.out_dir / STAGING, plan.store
     tmp = (store / _tmp_name(step.obj)).absolute()  # nvcc runs in the staging directory
     t0 = time.monotonic()
     try:
-        proc = subprocess.run([*step.command, "-o", str(tmp)], cwd=stage, capture_output=True, text=True,
-                              check=False)
-        text = proc.stdout + proc.stderr
-        ok = proc.returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0
+        returncode, text = nvcc.run([*step.command, "-o", str(tmp)], cwd=stage)
+        ok = returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0
     except OSError as e:
         text, ok = f"{step.command[0]}: {e}", False
     _write_log(stage, step, text)
@@ -540,7 +590,10 @@ def _link(plan: BuildPlan) -> None:
     try:
         proc = subprocess.run(link, cwd=out, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise BuildError(f"link of {plan.library} failed:\n{proc.stdout}{proc.stderr}")
+            log_path = out / STAGING / "logs" / "link.log"
+            atomic_write(log_path, " ".join(link) + "\n" + proc.stdout + proc.stderr)
+            raise BuildError(f"link of {plan.library} failed: {first_error(proc.stdout + proc.stderr)}; "
+                             f"full log: {log_path}")
         if plan.fingerprint.encode() not in (out / tmp_lib).read_bytes():
             raise BuildError(f"link of {plan.library}: the library does not embed its fingerprint "
                              f"{plan.fingerprint[:16]} (a cached object is not what its name says; "
@@ -575,6 +628,8 @@ def clean(root: Path, log: Callable[[str], None] = print) -> int:
     store = root / OBJECT_STORE
     if not store.is_dir():
         raise BuildError(f"{store}: no object store (expected the output root of `moegen build`, e.g. generated)")
+    if not os.access(store, os.W_OK | os.X_OK):
+        raise BuildError(f"{store}: not writable, expected an object store this user may prune")
     with directory_lock(store, log, waiting="another `moegen clean` of {path} (or a starting build)",
                         name=STORE_GATE_NAME), \
             directory_lock(store, log, waiting="running builds using {path} to finish", name=STORE_LOCK_NAME):

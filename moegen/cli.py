@@ -8,12 +8,14 @@ from __future__ import annotations
 import functools
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
 
-from .paths import DEFAULT_OUT, blocking_file
+from .paths import DEFAULT_OUT, blocking_file, unwritable_dir
 from .spec import NAME_PATTERN, SpecError, known_models, load_model
 
 ARCH_CHOICES = ["sm90", "sm100"]
@@ -34,7 +36,7 @@ def _one_line_errors(fn):
         except errors as e:
             if os.environ.get("MOEGEN_TRACEBACK"):  # for debugging moegen itself
                 raise
-            text = " ".join(str(e).split()) if not isinstance(e, BuildError) else str(e)
+            text = " ".join(str(e).split())
             raise click.ClickException(text or type(e).__name__) from None
     return wrapper
 
@@ -64,6 +66,18 @@ class _FiniteFloat(click.ParamType):
 _SECONDS = _FiniteFloat(0, 3600)
 
 
+class _PathArg(click.Path):
+    """A path option: an empty string is refused (it would mean the current directory)."""
+
+    def __init__(self):
+        super().__init__(path_type=Path)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r}: expected a path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _writable_file_target(option: str, path: Path | None) -> None:
     """Fail before the work, not after it, where the result could not be written."""
     if path is None:
@@ -73,6 +87,10 @@ def _writable_file_target(option: str, path: Path | None) -> None:
     blocker = blocking_file(path)
     if blocker is not None:
         raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a file path", param_hint=option)
+    locked = unwritable_dir(path)
+    if locked is not None:
+        raise click.BadParameter(f"{path}: {locked} is not writable, expected a directory this user may write",
+                                 param_hint=option)
 
 
 def _writable_dir_target(option: str, path: Path | None) -> None:
@@ -81,6 +99,10 @@ def _writable_dir_target(option: str, path: Path | None) -> None:
     blocker = blocking_file(path, include_self=True)
     if blocker is not None:
         raise click.BadParameter(f"{path}: {blocker} is not a directory, expected a directory", param_hint=option)
+    locked = unwritable_dir(path, include_self=True)
+    if locked is not None:
+        raise click.BadParameter(f"{path}: {locked} is not writable, expected a directory this user may write",
+                                 param_hint=option)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -110,7 +132,7 @@ def _spec(model: str, tp_size=None, ep_size=None, ep_rank=None, activations=None
 
 
 _model_option = click.option("--model", required=True, help="model name under configs/models, or a path to a YAML spec")
-_out_option = click.option("--out", "out_root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+_out_option = click.option("--out", "out_root", type=_PathArg(), default=DEFAULT_OUT, show_default=True,
                            help="output root: builds go to OUT/<variant>/<arch>, objects to OUT/.objects")
 _split_options = [click.option("--tp", "tp_size", type=click.IntRange(min=1), default=None,
                                help="tensor-parallel degree (splits the intermediate size)"),
@@ -156,9 +178,15 @@ class _OneLineGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends a run as Ctrl-C does: running compiles stopped, "Aborted!"
+
+
 @click.group(cls=_OneLineGroup)
 def main() -> None:
     """moegen: ahead-of-time compiler for MXFP4 Mixture-of-Experts layers."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 @main.command()
@@ -170,7 +198,7 @@ def main() -> None:
                    "'shortlist' (the tiles worth timing first), or comma-separated kernel names")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes (default: CPU count)")
 @_out_option
-@click.option("--objects", "store", type=click.Path(path_type=Path), default=None,
+@click.option("--objects", "store", type=_PathArg(), default=None,
               help="the object store to share (default: OUT/.objects)")
 @_one_line_errors
 def build(model, arch, tp_size, ep_size, ep_rank, activations, kernels, jobs, out_root, store) -> None:
@@ -186,7 +214,10 @@ def build(model, arch, tp_size, ep_size, ep_rank, activations, kernels, jobs, ou
 @main.command("list")
 def list_models() -> None:
     """List the model specs under configs/models (a broken file is reported, the others still listed)."""
-    broken = []
+    from .paths import CONFIG_DIR
+    broken = [f"{p}: the file name {p.stem!r} is not a model name, expected lower-case letters, digits, '.', '_' "
+              "or '-' (rename it)" for p in sorted((CONFIG_DIR / "models").glob("*.yaml"))
+              if p.is_file() and not NAME_PATTERN.fullmatch(p.stem)]
     for name in known_models():
         try:
             s = load_model(name)
@@ -214,7 +245,7 @@ def list_models() -> None:
 @click.option("--no-build", is_flag=True, help="tune the library already built (default: build the candidates first)")
 @click.option("--tolerance", type=_FiniteFloat(0, 0.5), default=0.01, show_default=True,
               help="compaction: per GEMM, keep the fewest kernels within this of each bucket's best")
-@click.option("--table-root", type=click.Path(path_type=Path), default=None,
+@click.option("--table-root", type=_PathArg(), default=None,
               help="write the table under this root (configs/dispatch to contribute it) instead of OUT/dispatch")
 @click.option("--warm-seconds", type=_SECONDS, default=1.0, show_default=True,
               help="per bucket, back-to-back replays before timing: the clock and power the GPU serves at")
@@ -267,7 +298,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
               help="back-to-back replays of the largest T before timing: the GPU's serving clock and power")
 @click.option("--compare", "compare", multiple=True, metavar="LABEL=DIR",
               help="also bench the build in DIR (same spec), interleaved per T; repeatable")
-@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="write results as JSON")
+@click.option("--json", "json_out", type=_PathArg(), default=None, help="write results as JSON")
 @_out_option
 @_one_line_errors
 def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rounds, settle_seconds, warm_seconds, compare, json_out,
@@ -353,11 +384,11 @@ def sass(model, arch, tp_size, ep_size, ep_rank, activations, out_root) -> None:
 
 
 @main.command("spec")
-@click.option("--from-config", "config", required=True, type=click.Path(path_type=Path),
+@click.option("--from-config", "config", required=True, type=_PathArg(),
               help="a model's published config.json (model_type deepseek_v4, deepseek_v3, deepseek_v32, kimi_k2, "
                    "glm4_moe, minimax_m2, gpt_oss or qwen3_moe)")
 @click.option("--name", default=None, help="the spec's name (default: from the model directory's name)")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="write the YAML here, not to stdout")
+@click.option("--output", "-o", type=_PathArg(), default=None, help="write the YAML here, not to stdout")
 @_one_line_errors
 def spec_command(config, name, output) -> None:
     """Write the YAML spec of the MoE layer a config.json describes."""

@@ -18,6 +18,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey, rows_per_expert
@@ -100,7 +101,7 @@ def read_table(path: Path) -> dict:
     if not isinstance(table, dict) or table.get("schema") != TABLE_SCHEMA:
         got = table.get("schema") if isinstance(table, dict) else type(table).__name__
         raise DispatchError(f"{path}: schema {shown(got)}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
-    tuned_with = table.get("tuned_with", {})
+    tuned_with = table.setdefault("tuned_with", {})
     if not isinstance(tuned_with, dict):
         raise DispatchError(f"{path}: field 'tuned_with' = {shown(tuned_with)}: expected an object")
     if not isinstance(tuned_with.get("partial", False), bool):
@@ -118,7 +119,49 @@ def read_table(path: Path) -> dict:
                 ok = False
         if not ok:
             raise DispatchError(f"{path}: bucket {shown(b)}: expected tokens > 0 and a gemm1 and a gemm2 kernel name")
+        if not _number_or_null(b.get("us")):
+            raise DispatchError(f"{path}: bucket {shown(b)}: field 'us' = {shown(b.get('us'))}: expected a number "
+                                "or null")
+    _check_filed_where_it_belongs(Path(path), table)
+    rows = table.setdefault("measurements", [])  # a hand-written table may have no timings
+    if not isinstance(rows, list):
+        raise DispatchError(f"{path}: field 'measurements' = {shown(rows)}: expected a list of timings")
+    for row in rows:
+        if not _measurement_ok(row):
+            raise DispatchError(f"{path}: measurement {shown(row)}: expected [tokens, gemm1, gemm2, us or null, "
+                                "SM MHz or null, W or null, stage, reason]")
     return table
+
+
+def _number_or_null(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _measurement_ok(row) -> bool:
+    return (isinstance(row, list) and len(row) == 8 and type(row[0]) is int and row[0] > 0
+            and all(isinstance(x, str) for x in (row[1], row[2], row[6], row[7]))
+            and all(_number_or_null(x) for x in row[3:6]))
+
+
+def _check_filed_where_it_belongs(path: Path, table: dict) -> None:
+    """A table's own arch, GPU and problem are those of the place it is filed under (ARCH/GPU/PROBLEM.json):
+    the runtime finds tables by that place, so one copied under another problem's name would dispatch
+    kernels tuned for another shape."""
+    gpu, key, arch = table.get("gpu"), table.get("problem_key"), table.get("arch")
+    if not (isinstance(gpu, dict) and isinstance(gpu.get("name"), str) and type(gpu.get("sm_count")) is int
+            and gpu["sm_count"] > 0):
+        raise DispatchError(f"{path}: field 'gpu' = {shown(gpu)}: expected {{\"name\": ..., \"sm_count\": ...}}")
+    try:
+        ProblemKey.parse(key if isinstance(key, str) else "")
+    except ValueError:
+        raise DispatchError(f"{path}: field 'problem_key' = {shown(key)}: expected "
+                            "e<experts>-l<local>-k<top_k>-h<hidden>-i<intermediate>[-fp8]") from None
+    for field, value, expected in (("problem_key", key, path.stem),
+                                   ("gpu", gpu_slug(gpu["name"], gpu["sm_count"]), path.parent.name),
+                                   ("arch", arch, path.parent.parent.name)):
+        if value != expected:
+            raise DispatchError(f"{path}: field {field!r} = {shown(value)}: expected {expected!r}, where the "
+                                "table is filed")
 
 
 def shipped_tables(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> list[Path]:
@@ -126,15 +169,23 @@ def shipped_tables(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> 
     return sorted((Path(root) / arch).glob(f"*/{problem.slug}.json"))
 
 
-def table_kernels(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR) -> tuple[list[KernelConfig], bool]:
+def table_kernels(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR,
+                  check: Callable[[KernelConfig], None] | None = None) -> tuple[list[KernelConfig], bool]:
     """The kernels the shipped tables for this problem pick (the default build), sorted, unique, and
-    whether any of those tables is partial (its build then also needs the heuristic's kernels)."""
+    whether any of those tables is partial (its build then also needs the heuristic's kernels).
+    check: raises ValueError for a kernel the build cannot take; the error then names the table."""
     names, partial = set(), False
     for path in shipped_tables(arch, problem, root):
         table = read_table(path)
         partial = partial or is_partial(table)
         for b in table["buckets"]:
-            names.update((b["gemm1"], b["gemm2"]))
+            for gemm in ("gemm1", "gemm2"):
+                try:
+                    if check is not None:
+                        check(parse_kernel_name(b[gemm]))
+                except ValueError as e:
+                    raise DispatchError(f"{path}: bucket tokens={b['tokens']} {gemm} {b[gemm]!r}: {e}") from None
+                names.add(b[gemm])
     return sorted(parse_kernel_name(n) for n in names), partial
 
 

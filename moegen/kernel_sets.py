@@ -13,8 +13,10 @@ from .spec import ModelSpec
 
 
 def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
-    picked, partial = table_kernels(arch, ProblemKey.of(spec), shipped_root)
-    fallback = get_arch(arch, spec.activations).fallback_configs(spec)
+    policy = get_arch(arch, spec.activations)
+    picked, partial = table_kernels(arch, ProblemKey.of(spec), shipped_root,
+                                    check=lambda c: policy.check_configs(spec, [c]))
+    fallback = policy.fallback_configs(spec)
     if not picked:
         return fallback
     return sorted(set(picked) | set(fallback)) if partial else picked

@@ -51,3 +51,11 @@ def blocking_file(path: Path, include_self: bool = False) -> Path | None:
     directory: what keeps a file from being written at path."""
     candidates = (path, *path.parents) if include_self else path.parents
     return next((a for a in candidates if a.exists() and not a.is_dir()), None)
+
+
+def unwritable_dir(path: Path, include_self: bool = False) -> Path | None:
+    """The nearest existing directory among path's parents (and path itself, with include_self), if
+    this process may not create entries in it: writes there go through a temporary file and a rename."""
+    candidates = (path, *path.parents) if include_self else path.parents
+    nearest = next((a for a in candidates if a.is_dir()), None)
+    return nearest if nearest is not None and not os.access(nearest, os.W_OK | os.X_OK) else None

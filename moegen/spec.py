@@ -348,7 +348,25 @@ def _validate_model(s: ModelSpec, source: str) -> None:
 # --- files ---------------------------------------------------------------------------------
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last)."""
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last), and reads
+    plain scalars by YAML 1.2's core schema: YAML 1.1's `48:00` (2880), `0x20`, `2_880`, `yes` and dates
+    are strings, which the spec's checks then refuse, rather than numbers or booleans nobody meant."""
+
+
+_YAML11_ONLY = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                "tag:yaml.org,2002:timestamp"}
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML11_ONLY]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                       list("tTfF"))
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int",  # decimal: YAML 1.1 reads `010` as octal 8
+                                 lambda loader, node: int(loader.construct_scalar(node), 10))
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+.0123456789"))
 
 
 def _check_unique_keys(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool) -> None:
@@ -444,4 +462,6 @@ def load_model(name_or_path: str | Path, config_dir: Path = CONFIG_DIR) -> Model
 
 
 def known_models(config_dir: Path = CONFIG_DIR) -> list[str]:
-    return sorted(p.stem for p in (Path(config_dir) / "models").glob("*.yaml") if p.is_file())
+    """The model names under config_dir/models: files named <name>.yaml with a valid name."""
+    return sorted(p.stem for p in (Path(config_dir) / "models").glob("*.yaml")
+                  if p.is_file() and NAME_PATTERN.fullmatch(p.stem))

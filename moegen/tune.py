@@ -230,7 +230,7 @@ def compact_table(table: dict, tolerance: float) -> dict:
     kept = compact([parse_kernel_name(n) for n in names], choices, measurements, tolerance)
     buckets = [dict(tokens=t, gemm1=names[g1], gemm2=names[g2], us=None if math.isnan(us) else round(us, 2))
                for t, (g1, g2, us) in sorted(kept.items())]
-    return dict(table, buckets=buckets, tuned_with=dict(table["tuned_with"], tolerance=tolerance))
+    return dict(table, buckets=buckets, tuned_with=dict(table.get("tuned_with", {}), tolerance=tolerance))
 
 
 def searched_pairs(table: dict) -> dict[int, tuple[str, str, float]]:
@@ -269,8 +269,8 @@ def merge_tables(older: dict, newer: dict) -> dict:
     last = newer if max(retuned) >= max(b["tokens"] for b in older["buckets"]) else older
     # Every tune that went into either table: a table merged before lists its tunes in `commits`.
     commits = sorted({c for t in (older, newer)
-                      for c in t["tuned_with"].get("commits", [t["tuned_with"].get("commit", "unknown")])})
-    merged["tuned_with"] = dict(newer["tuned_with"], tolerance=0.0, partial=is_partial(last), commits=commits)
+                      for c in t.get("tuned_with", {}).get("commits", [t.get("tuned_with", {}).get("commit", "unknown")])})
+    merged["tuned_with"] = dict(newer.get("tuned_with", {}), tolerance=0.0, partial=is_partial(last), commits=commits)
     return merged
 
 

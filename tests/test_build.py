@@ -409,6 +409,41 @@ def test_concurrent_builds_of_different_kernel_sets_and_spec_versions(tmp_path, 
         assert info["kernels"] in ([c.name for c in set_a], [c.name for c in set_b]), i
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (exited, not yet reaped) is not running
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain):
+    """Ctrl-C (or SIGTERM through the CLI) ends a build within seconds: no queued compile starts, the
+    running ones are killed with their children (cicc, ptxas), and the built library stays."""
+    root, pids = tmp_path / "gen", tmp_path / "pids"
+    pids.mkdir()
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(TINY))
+    built = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    proc = _start_build(fake_toolchain, root, spec_path, TINY_SETS["b"],
+                        {"FAKE_NVCC_CHILD_PIDS": str(pids), "FAKE_NVCC_CHILD_SLEEP": "120"})
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:  # both parallel jobs running
+        time.sleep(0.05)
+    assert len(list(pids.iterdir())) == 2, proc.communicate(timeout=60)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 10 and proc.returncode != 0 and "KeyboardInterrupt" in err
+    started = [int(pid) for f in pids.iterdir() for pid in f.name.split("-")]
+    assert len(started) == 4  # two compiles of the three, none queued after the interrupt
+    assert not [pid for pid in started if _alive(pid)]
+    assert read_manifest(built.plan.out_dir).library == built.plan.library
+    assert_consistent(built.plan.out_dir)
+    assert not list((root / ".objects").glob(".*tmp*"))
+
+
 def test_failed_rebuild_keeps_the_built_sources_and_logs(tmp_path, fake_toolchain, monkeypatch):
     root = tmp_path / "gen"
     first = run(tiny(), TINY_SETS["a"], root, fake_toolchain)

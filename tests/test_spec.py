@@ -470,3 +470,28 @@ def test_a_chained_merge_is_refused_not_resolved_wrongly(tmp_path):
                            "name: t\nrouter: {<<: *a}\n")
     with pytest.raises(SpecError, match="a merged mapping merges another"):
         load_model(path)
+
+
+@pytest.mark.parametrize("field, text, value_repr, expected", [
+    ("hidden_size", "48:00", "'48:00'", "an integer"),  # YAML 1.1: sexagesimal 2880
+    ("hidden_size", "0x100", "'0x100'", "an integer"),
+    ("hidden_size", "2_56", "'2_56'", "an integer"),
+    ("router.renormalize", "yes", "'yes'", "true or false"),
+])
+def test_yaml_1_1_spellings_are_strings_not_numbers(tmp_path, field, text, value_repr, expected):
+    """Plain scalars read by YAML 1.2's core schema: a typo YAML 1.1 would turn into another number is
+    refused with the text as written."""
+    base = yaml.safe_dump(dict(TINY, router=dict(TINY["router"], renormalize=True)))
+    leaf = field.split(".")[-1]
+    assert f"{leaf}: " in base, base
+    path = write(tmp_path, "\n".join(f"{line.split(':')[0]}: {text}" if line.strip().startswith(f"{leaf}:") else line
+                                     for line in base.splitlines()))
+    with pytest.raises(SpecError) as excinfo:
+        load_model(path)
+    assert_spec_error(excinfo, path, field, value_repr, expected)
+
+
+def test_decimal_integers_with_leading_zeros_are_decimal(tmp_path):
+    text = yaml.safe_dump(TINY).replace("num_experts: 8", "num_experts: 008")
+    assert "num_experts: 008" in text
+    assert load_model(write(tmp_path, text)).num_experts == 8

@@ -207,6 +207,47 @@ def test_broken_table_files_are_named(tmp_path, text, why):
     assert found is None and re.search(why.split(",")[0], notes[0])
 
 
+def _valid_table_text(**changes) -> str:
+    table = {"schema": 2, "arch": "sm90", "gpu": {"name": GPU.name, "sm_count": GPU.sm_count},
+             "problem_key": PROBLEM.slug, "tuned_with": {},
+             "buckets": [{"tokens": 4, "gemm1": NAMES[0], "gemm2": NAMES[-1], "us": 1.0}],
+             "measurements": [[4, NAMES[0], NAMES[-1], 1.0, 1980, 700, "gemm2", ""]]}
+    return json.dumps({k: v for k, v in dict(table, **changes).items() if v is not None})
+
+
+@pytest.mark.parametrize("changes, why", [
+    (dict(measurements="x"), "field 'measurements' = 'x': expected a list of timings"),
+    (dict(measurements=[[1]]), r"measurement \[1\]: expected \[tokens, gemm1"),
+    (dict(gpu=None), "field 'gpu' = None: expected"),
+    (dict(gpu={"name": "NVIDIA H100", "sm_count": 132}), "field 'gpu' = 'nvidia-h100-132sm': expected"),
+    (dict(problem_key="e8-l8-k2-h512-i256"), "field 'problem_key' = 'e8-l8-k2-h512-i256': expected"),
+    (dict(problem_key=7), "field 'problem_key' = 7: expected e<experts>"),
+    (dict(arch="sm100"), "field 'arch' = 'sm100': expected 'sm90'"),
+    (dict(buckets=[{"tokens": 4, "gemm1": NAMES[0], "gemm2": NAMES[-1], "us": "fast"}]), "bucket .*: field 'us' = 'fast'")])
+def test_tables_are_checked_before_use(tmp_path, changes, why):
+    """Every field the runtime and the tuner read is checked, and a table filed under another GPU's or
+    problem's name is refused: one line naming the file, never a KeyError later."""
+    path = dispatch.table_path(tmp_path, "sm90", GPU, PROBLEM)
+    path.parent.mkdir(parents=True)
+    path.write_text(_valid_table_text())
+    assert dispatch.read_table(path)["measurements"]
+    path.write_text(_valid_table_text(**changes))
+    with pytest.raises(dispatch.DispatchError, match=f"{re.escape(str(path))}: {why}"):
+        dispatch.read_table(path)
+    table, note = tune.resumable_table(path, NAMES)
+    assert table is None and note.startswith("replacing it: ") and str(path) in note
+
+
+def test_a_table_without_timings_or_tuned_with_still_merges(tmp_path):
+    path = dispatch.table_path(tmp_path, "sm90", GPU, PROBLEM)
+    path.parent.mkdir(parents=True)
+    path.write_text(_valid_table_text(measurements=None, tuned_with=None))
+    table, _ = tune.resumable_table(path, NAMES)
+    assert table["measurements"] == [] and table["tuned_with"] == {}
+    merged = tune.merge_tables(table, json.loads(_valid_table_text()))
+    assert merged["buckets"][0]["tokens"] == 4
+
+
 def test_measurements_carry_clock_and_power():
     class Timed(float):
         power = type("P", (), {"sm_mhz_median": 1755.0, "power_w_median": 699.0})()
@@ -422,3 +463,22 @@ def test_a_lost_cuda_context_stops_the_tune_and_keeps_the_finished_buckets():
 
     choices, measurements = tune.search(KERNELS, SPEC, Failing(), buckets=(1,), log=lambda m: None)
     assert any(math.isinf(m.us) and "too many resources" in m.reason for m in measurements)
+
+
+def test_a_shipped_table_picking_a_kernel_the_build_cannot_take_is_named(tmp_path):
+    from moegen.kernel_sets import default_kernels
+    from moegen.paths import CONFIG_DIR
+    src = dispatch.table_path(CONFIG_DIR / "dispatch", "sm90", GPU, PROBLEM)
+    path = dispatch.table_path(tmp_path, "sm90", GPU, PROBLEM)
+    path.parent.mkdir(parents=True)
+    table = json.loads(src.read_text())
+    path.write_text(json.dumps(table))
+    assert default_kernels(SPEC, "sm90", tmp_path) == default_kernels(SPEC, "sm90")
+    for name, why in (("moegen_sm100_gemm1_m128n64k128s0", "not an sm90 kernel"),
+                      ("moegen_sm90_gemm1_m64n8k128s4_fp8", "e4m3 activations, but this build's are bf16"),
+                      ("moegen_sm90_gemm1_m64n8k96s4", "block_k = 96 is not on the sm90 axis")):
+        table["buckets"][0]["gemm1"] = name
+        path.write_text(json.dumps(table))
+        with pytest.raises(dispatch.DispatchError,
+                           match=f"{re.escape(str(path))}: bucket tokens=1 gemm1 '{name}': .*{why}"):
+            default_kernels(SPEC, "sm90", tmp_path)

@@ -2,9 +2,12 @@
 source's bytes as the object (so an object is what its fingerprint says, and the library embeds the
 build-info source with its fingerprint); `-shared -o LIB OBJ...` concatenates the objects, failing
 like nvlink on a missing or empty one.  FAKE_NVCC_SLEEP (seconds, max random) widens race windows;
-FAKE_NVCC_LINK_SLEEP holds the link open (to kill a build mid-link)."""
+FAKE_NVCC_LINK_SLEEP holds the link open (to kill a build mid-link); FAKE_NVCC_CHILD_PIDS (a directory)
+makes each compile wait for a child of its own, as nvcc waits for cicc and ptxas, which records both
+pids there and sleeps FAKE_NVCC_CHILD_SLEEP seconds holding the output pipe (to interrupt a build)."""
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -15,6 +18,13 @@ def main(argv: list[str]) -> int:
         return 0
     time.sleep(random.uniform(0, float(os.environ.get("FAKE_NVCC_SLEEP", "0"))))
     out = argv[argv.index("-o") + 1]
+    pids = os.environ.get("FAKE_NVCC_CHILD_PIDS")
+    if "-c" in argv and pids:
+        child = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(float(sys.argv[1]))",
+                                  os.environ.get("FAKE_NVCC_CHILD_SLEEP", "60")])
+        with open(os.path.join(pids, f"{os.getpid()}-{child.pid}"), "w"):
+            pass
+        child.wait()
     if "-c" in argv:
         src = argv[argv.index("-c") + 1]
         with open(src, "rb") as f:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .paths import blocking_file, read_small_file
-from .spec import shown
+from .spec import ModelSpec, SpecError, model_from_dict, shown
 
 MANIFEST_SCHEMA = 2
 MANIFEST_NAME = "manifest.json"
@@ -191,3 +191,16 @@ def verify_library(m: Manifest) -> None:
         raise ArtifactError(f"{lib}: not a file (the manifest names it as the library); rebuild")
     if file_sha256(lib) != m.library_sha256:
         raise ArtifactError(f"{lib}: its sha256 differs from {m.path}'s (a stale or damaged library); rebuild")
+
+
+def check_built_for(m: Manifest, spec: ModelSpec) -> None:
+    """ArtifactError unless the library was built for this spec (the first field that differs named)."""
+    try:
+        built = model_from_dict(m.spec, f"{m.path}:spec")
+    except SpecError as e:
+        raise ArtifactError(f"{e}; rebuild") from None
+    want, have = spec.to_dict(), built.to_dict()  # a field absent from the manifest reads as its default
+    if want != have:
+        diff = next(k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k))
+        raise ArtifactError(f"{m.path}: built for {m.variant}, but the spec given differs at '{diff}': built "
+                            f"{have.get(diff)!r}, given {want.get(diff)!r}; rebuild for this spec")

@@ -377,7 +377,7 @@ def sass(model, arch, tp_size, ep_size, ep_rank, activations, out_root) -> None:
     from .artifact import output_dir
     from .sass import audit_build
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
-    ok, report = audit_build(output_dir(spec, arch, out_root))
+    ok, report = audit_build(output_dir(spec, arch, out_root), spec)
     click.echo(report)
     if not ok:
         sys.exit(1)

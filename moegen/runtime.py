@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from .artifact import ArtifactError, read_manifest, verify_library
+from .artifact import ArtifactError, check_built_for, read_manifest, verify_library
 from .binding import (IDS_I32, IDS_I64, LOGITS_BF16, LOGITS_F32, Args, BatchedArgs, ExpertsArgs, Library, Weights,
                       library)
 from .dispatch import GpuInfo, find_dispatch, heuristic_choice, user_dir, warn_once
@@ -445,11 +445,10 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     if spec is not None:
         if not isinstance(spec, ModelSpec):
             raise LoadError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
-        want, have = spec.to_dict(), built_spec.to_dict()  # a field absent from the manifest reads as its default
-        if want != have:
-            diff = next(k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k))
-            raise LoadError(f"{mpath}: built for {manifest.variant}, but the spec given differs at "
-                            f"'{diff}': built {have.get(diff)!r}, given {want.get(diff)!r}; rebuild for this spec")
+        try:
+            check_built_for(manifest, spec)
+        except ArtifactError as e:
+            raise LoadError(str(e)) from None
     capability = manifest.data.get("compute_capability")
     if not (isinstance(capability, list) and len(capability) == 2):
         raise LoadError(f"{mpath}: field 'compute_capability' = {capability!r}: expected [major, minor]; rebuild")

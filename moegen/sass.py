@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 from .arch import serialization_note
-from .artifact import ArtifactError, Manifest, read_manifest, verify_library
+from .artifact import ArtifactError, Manifest, check_built_for, read_manifest, verify_library
 from .problem import gemm_shapes
-from .spec import model_from_dict, shown
+from .spec import ModelSpec, model_from_dict, shown
 
 # The tensor-core MMA each arch's GEMM kernels must contain, by (arch, activation format) (SM90 W4A8:
 # FP8 wgmma is QGMMA; SM100: tcgen05.mma kind::mxf8f6f4 is UTCQMMA, .2CTA on a 2-SM pair), and how
@@ -69,6 +69,9 @@ def summarize(sass: str, mma_opcodes: tuple[str, ...]) -> dict[str, dict[str, in
     return kernels
 
 
+RESOURCE_COUNTS = ("max_registers", "spill_bytes", "stack_bytes", "wgmma_serialized")  # build.ptxas_resources' record
+
+
 def ptxas_findings(m: Manifest) -> list[tuple[str, bool]]:
     """What ptxas reported for the build's kernels (its manifest's resources), each line with whether it
     fails the audit: spills and stack frames (local memory) always, serialized wgmmas only where the
@@ -79,6 +82,12 @@ def ptxas_findings(m: Manifest) -> list[tuple[str, bool]]:
     if not isinstance(resources, dict) or not all(isinstance(r, dict) for r in resources.values()):
         raise ArtifactError(f"{m.path}: field 'resources' = {shown(resources)}: expected an object of per-kernel "
                             "ptxas records; rebuild")
+    for kernel, res in resources.items():
+        for key in RESOURCE_COUNTS:
+            value = res.get(key, 0)
+            if type(value) is not int or value < 0:
+                raise ArtifactError(f"{m.path}: field 'resources.{kernel}.{key}' = {shown(value)}: expected an "
+                                    "integer >= 0; rebuild")
     for kernel, res in sorted(resources.items()):
         if res.get("wgmma_serialized"):
             note = serialization_note(kernel, shapes)
@@ -99,8 +108,11 @@ def local_memory_findings(kernel: str, res: dict) -> list[str]:
     return found
 
 
-def audit_build(out_dir: Path) -> tuple[bool, str]:
+def audit_build(out_dir: Path, spec: ModelSpec | None = None) -> tuple[bool, str]:
+    """spec: the one the library must have been built for (ArtifactError otherwise)."""
     m = read_manifest(out_dir)
+    if spec is not None:
+        check_built_for(m, spec)
     if (m.arch, m.activation_format) not in MMA_OPCODES:
         raise ArtifactError(f"{m.path}: fields 'arch', 'activation_format' = {shown(m.arch)}, "
                             f"{shown(m.activation_format)}: expected one of {sorted(MMA_OPCODES)}; rebuild")

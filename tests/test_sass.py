@@ -77,3 +77,12 @@ def test_an_odd_manifest_is_a_one_line_error_naming_it(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(dict(manifest, arch="sm90")))
     with pytest.raises(ArtifactError, match="libmoegen-0.so: library named by .* is missing; rebuild"):
         audit_build(tmp_path)
+    # a library built for another spec is refused before its machine code is read
+    other = load_model("deepseek-v3")
+    with pytest.raises(ArtifactError, match="built for v, but the spec given differs at 'activation': built"):
+        audit_build(tmp_path, other)
+    # a ptxas record of the wrong kind is named, not printed as if it were one
+    for value in ("xx", [1], -2, True):
+        odd = dataclasses.replace(m, data={"resources": {"k": {"spill_bytes": value}}})
+        with pytest.raises(ArtifactError, match=r"field 'resources.k.spill_bytes' = .*: expected an integer >= 0"):
+            ptxas_findings(odd)

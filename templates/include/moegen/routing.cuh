@@ -157,9 +157,9 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
   const LogitT* __restrict__ logits = static_cast<const LogitT*>(rp.logits);
   const float* __restrict__ score_bias = rp.score_bias;
 
-  // Every load first: the sigmoid's division has a called slow path, and the compiler had placed
-  // each logit's load behind the previous expert's division, so the warp paid PER_LANE memory round
-  // trips in a row (route_one_block_kernel took 7.7 us at T = 1 under ncu, H200; now 5.5).
+  // Every load first: the sigmoid's division has a called slow path, and a load left behind the
+  // previous expert's division costs the warp PER_LANE memory round trips in a row
+  // (route_one_block_kernel at T = 1 under ncu, H200: 7.7 us that way, 5.5 us this way).
   float logit[PER_LANE], bias[PER_LANE];
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {

@@ -27,6 +27,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
@@ -73,6 +74,46 @@ class Toolchain:
     # Where the CUDA runtime's static library is, when nvcc's own profile does not say (the pip wheels'
     # layout has lib/, the profile looks in lib64/).  A search path: not part of any fingerprint.
     lib_dirs: tuple[Path, ...] = ()
+    # What else decides the compiled bytes (toolchain_identity): part of every fingerprint.
+    identity: str = ""
+
+
+_TOOLS = ("bin/nvcc", "bin/cudafe++", "nvvm/bin/cicc", "bin/ptxas", "bin/fatbinary", "bin/nvlink")
+# nvcc's dry run, less what differs between two installs of the same toolchain: where it sits, the
+# caller's PATH, temporary names
+_DRYRUN_NOISE = re.compile(r"^#\$ (?:PATH|LD_LIBRARY_PATH|_HERE_|_THERE_|TOP)=.*$", re.MULTILINE)
+
+
+@lru_cache(maxsize=None)
+def toolchain_identity(nvcc: str) -> str:
+    """Everything beyond nvcc's version string that decides what it produces: its tools' bytes and the
+    CUDA headers and runtime library it compiles and links against (pip ships cicc, the headers and the
+    runtime as wheels versioned apart from nvcc), and its dry run of a compile, which names the host
+    compiler and its version and carries NVCC_APPEND_FLAGS, NVCC_PREPEND_FLAGS and NVCC_CCBIN."""
+    bin_dir = Path(nvcc).parent
+    top = bin_dir.resolve().parent
+    parts = [f"{tool}={file_sha256(top / tool) if (top / tool).is_file() else 'absent'}" for tool in _TOOLS]
+    if (top / "include").is_dir():
+        parts.append("include=" + tree_digest(top / "include", suffixes=(".h", ".hpp", ".cuh", ".inl", "")))
+    parts += [f"{lib.name}={file_sha256(lib)}" for d in _runtime_lib_dirs(nvcc) for lib in sorted(d.glob("libcudart*"))
+              if lib.is_file()]
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.cu"
+        probe.write_text("__global__ void probe() {}\n")
+        try:
+            run = subprocess.run([nvcc, "--dryrun", "-arch=sm_90a", "-c", str(probe), "-o", str(Path(tmp) / "probe.o")],
+                                 capture_output=True, text=True, check=False, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BuildError(f"{nvcc} --dryrun failed: {e}") from None
+        dryrun = _DRYRUN_NOISE.sub("", run.stdout + run.stderr)
+        for path, name in ((str(bin_dir), "$BIN"), (str(top), "$TOP"), (tmp, "$TMP")):
+            dryrun = dryrun.replace(path, name)
+        dryrun = re.sub(r"tmpxft_\w+", "tmpxft", dryrun)
+    host = re.search(r"^#\$ (\S+) .*-E -x c\+\+", dryrun, re.MULTILINE)
+    if host and shutil.which(host.group(1)):
+        version = subprocess.run([host.group(1), "--version"], capture_output=True, text=True, check=False, timeout=60)
+        parts.append("host=" + (version.stdout.splitlines() or [""])[0])
+    return sha256_bytes(*parts, dryrun)
 
 
 def _runtime_lib_dirs(nvcc: str) -> tuple[Path, ...]:
@@ -186,7 +227,7 @@ def find_toolchain() -> Toolchain:
     text = version_h.read_text()
     ver = ".".join(re.search(rf"#define CUTLASS_{k} (\d+)", text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
     return Toolchain(nvcc=nvcc, nvcc_version=m.group(1), cutlass_include=include, cutlass_version=ver,
-                     lib_dirs=_runtime_lib_dirs(nvcc))
+                     lib_dirs=_runtime_lib_dirs(nvcc), identity=toolchain_identity(nvcc))
 
 
 def check_plan_inputs(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> None:
@@ -219,14 +260,17 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root
     policy = get_arch(arch, spec.activations)
     out_dir = output_dir(spec, arch, out_root)
     store = Path(store).absolute() if store is not None else out_root / OBJECT_STORE
-    cutlass_digest = cutlass_digest or _cached_tree_digest(toolchain.cutlass_include)
+    # Both CUTLASS include roots: the library's headers and cutlass/util's (packed strides)
+    cutlass_util = toolchain.cutlass_include.parent / "tools" / "util" / "include"
+    cutlass_digest = cutlass_digest or sha256_bytes(_cached_tree_digest(toolchain.cutlass_include),
+                                                    _cached_tree_digest(cutlass_util) if cutlass_util.is_dir() else "")
     generator = generator or generator_digest()
     flags = (*BASE_FLAGS, policy.gencode)
     # Project headers compile from the build's own snapshot (src/include), so the objects are built from
     # exactly the bytes their fingerprints cover, even if a header is edited while nvcc runs.
-    includes = ("-I.", "-Isrc/include", f"-I{toolchain.cutlass_include}",
-                f"-I{toolchain.cutlass_include.parent / 'tools' / 'util' / 'include'}")  # cutlass/util (packed strides)
-    toolchain_key = sha256_bytes(toolchain.nvcc_version, toolchain.cutlass_version, cutlass_digest, *flags)
+    includes = ("-I.", "-Isrc/include", f"-I{toolchain.cutlass_include}", f"-I{cutlass_util}")
+    toolchain_key = sha256_bytes(toolchain.nvcc_version, toolchain.identity, toolchain.cutlass_version, cutlass_digest,
+                                 *flags)
     kernels = [dict(name=c.name, gemm=c.gemm, block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                     stages=c.stages) for c in configs]
 
@@ -241,8 +285,10 @@ def plan_build(spec: ModelSpec, arch: str, configs: list[KernelConfig], out_root
 
     headers: dict[str, bytes] = {}
     compiles = [step(src[:-3], text, headers) for src, text in sources.items()]
+    # The link runs in the build directory's real place, which a symlink in its path moves.  Not in the
+    # fingerprint: the objects' own fingerprints are.
+    rel_store = os.path.relpath(Path(store).resolve(), Path(out_dir).resolve())
     # The library's identity: everything that produced it (headers enter through the object fingerprints).
-    rel_store = os.path.relpath(store, out_dir)  # not in the fingerprint: the objects' own fingerprints are
     link_flags = ("-shared", policy.gencode, *LINK_FLAGS)
     fingerprint = sha256_bytes("library", str(ABI_VERSION), generator, toolchain_key, *link_flags,
                                *(f"{c.name}={c.fingerprint}" for c in compiles), arch,
@@ -326,22 +372,38 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-_TMP_PID = re.compile(r"\.(\d+)\.(?:\d+\.)?tmp$")
+# The writer's pid, then a thread id (_tmp_name) or mkstemp's random letters (atomic_write)
+_TMP_PID = re.compile(r"\.(\d+)\.(?:[A-Za-z0-9_]+\.)?tmp$")
+# Older than any write in progress (nvcc writes its output at its end; atomic_write takes milliseconds):
+# a writer in another pid namespace (a container sharing the store) may carry a pid not running here.
+LEFTOVER_AGE_S = 600
+UNNAMED_LEFTOVER_AGE_S = 86400
 
 
 def remove_leftovers(directory: Path, only_dead: bool) -> list[str]:
-    """Delete the temporary files (``.*.tmp``) killed runs left in directory.  With only_dead, only
-    those whose writer process (the pid in the name) no longer runs: the store is shared unlocked."""
+    """Delete the temporary files (``.*.tmp``) killed runs left in directory.  With only_dead (the store,
+    which builds share without an exclusive lock), only a killed run's: its writer (the pid in its name)
+    is not running here and it is older than LEFTOVER_AGE_S, or it names no writer and is a day old."""
     removed = []
     if not directory.is_dir():
         return removed
     for p in directory.glob(".*.tmp"):
-        m = _TMP_PID.search(p.name)
-        if only_dead and m and _pid_alive(int(m.group(1))):
+        if only_dead and not _killed_runs(p):
             continue
         p.unlink(missing_ok=True)
         removed.append(p.name)
     return removed
+
+
+def _killed_runs(p: Path) -> bool:
+    try:
+        age = time.time() - p.stat().st_mtime
+    except OSError:  # gone already
+        return False
+    m = _TMP_PID.search(p.name)
+    if m is None:
+        return age > UNNAMED_LEFTOVER_AGE_S
+    return age > LEFTOVER_AGE_S and not _pid_alive(int(m.group(1)))
 
 
 def object_ok(store: Path, step: CompileStep) -> bool:
@@ -472,6 +534,7 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         # Only renames between the old build and the new (an interruption leaves at most the sources
         # and logs of the new library beside the old manifest, for milliseconds, not a hash's time).
+        previous_library = _built_library(out)
         for sub in ("src", "logs"):
             if os.path.lexists(out / sub):
                 os.replace(out / sub, stage / f"previous-{sub}")
@@ -486,15 +549,24 @@ def _run_locked(plan: BuildPlan, jobs: int | None, log: Callable[[str], None]) -
             (stage / "src").symlink_to(Path("..") / "src")
         except OSError:
             pass
-        # Older libraries are unreachable once the manifest names the new one.
+        # Older libraries are unreachable once the manifest names the new one, but for the one it named
+        # before: a load that read the previous manifest may still be opening that one.
         for p in out.glob("libmoegen-*.so"):
-            if p.name != plan.library:
+            if p.name not in (plan.library, previous_library):
                 p.unlink(missing_ok=True)
         if todo:
             log(f"built {out / plan.library} in {time.monotonic() - start:.0f} s")
         return result
     except (OSError, ArtifactError) as e:  # a disk full, a directory gone: one line, as every build error
         raise BuildError(f"{getattr(e, 'filename', None) or out}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _built_library(out: Path) -> str | None:
+    """The library the build directory's manifest names, if it reads."""
+    try:
+        return read_manifest(out).library
+    except ArtifactError:
+        return None
 
 
 def _fresh_staging(out: Path) -> Path:
@@ -617,6 +689,20 @@ def build(spec: ModelSpec, arch: str, configs: list[KernelConfig], root: Path, j
 _STORE_FILE = re.compile(r"[0-9a-f]{64}\.o(\.log|\.sha256)?")  # an object, its ptxas log, its digest
 
 
+def _manifests_below(root: Path) -> Iterator[Path]:
+    """Every manifest under root, through symbolic links too (a build directory may be one), each
+    real directory once."""
+    seen = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        if MANIFEST_NAME in filenames:
+            yield Path(dirpath) / MANIFEST_NAME
+
+
 def clean(root: Path, log: Callable[[str], None] = print) -> int:
     """Prune the object store under root: objects no manifest anywhere below root names, and
     leftovers of killed runs.  Only the store's own files go; builds wait while it runs.  Returns the
@@ -634,7 +720,7 @@ def clean(root: Path, log: Callable[[str], None] = print) -> int:
                         name=STORE_GATE_NAME), \
             directory_lock(store, log, waiting="running builds using {path} to finish", name=STORE_LOCK_NAME):
         keep, skipped = set(), []
-        for manifest in root.rglob(MANIFEST_NAME):
+        for manifest in _manifests_below(root):
             try:
                 objects = read_manifest(manifest.parent).data.get("objects", {})
             except ArtifactError:
@@ -646,7 +732,7 @@ def clean(root: Path, log: Callable[[str], None] = print) -> int:
             keep.update(f"{fp}.o" for fp in objects.values() if isinstance(fp, str))
         for manifest in skipped:
             log(f"{manifest}: unreadable, its objects are not kept (rebuild it)")
-        removed = remove_leftovers(store, only_dead=True)
+        removed = remove_leftovers(store, only_dead=False)  # under the exclusive lock: no build is writing
         for p in store.iterdir():
             match = _STORE_FILE.fullmatch(p.name)
             if match and p.is_file() and p.name[:66] not in keep:

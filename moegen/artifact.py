@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .paths import blocking_file, read_small_file
+from .paths import PACKAGE_DIR, blocking_file, read_small_file
 from .spec import ModelSpec, SpecError, model_from_dict, shown
 
 MANIFEST_SCHEMA = 2
@@ -62,6 +62,28 @@ def source_commit() -> str:
         return git("rev-parse", "--short", "HEAD") or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+# The generator: every module whose code decides what a build produces.  Its source is hashed into
+# the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
+GENERATOR_SOURCES = ("spec.py", "problem.py", "naming.py", "layout.py", "arch", "render.py", "build.py",
+                     "artifact.py")
+
+
+def tree_digest(root: Path, suffixes=(".h", ".hpp", ".cuh", ".inl", ".j2", ".py")) -> str:
+    """Content hash of every source file below root (paths and bytes, sorted)."""
+    parts = []
+    for p in sorted(x for x in root.rglob("*") if x.is_file() and x.suffix in suffixes and "__pycache__" not in x.parts):
+        parts += [str(p.relative_to(root)), p.read_bytes()]
+    return sha256_bytes(*parts)
+
+
+def generator_digest(package_dir: Path = PACKAGE_DIR) -> str:
+    parts = []
+    for name in GENERATOR_SOURCES:
+        path = package_dir / name
+        parts += [name, tree_digest(path) if path.is_dir() else path.read_bytes()]
+    return sha256_bytes(*parts)
 
 
 def output_dir(spec: Any, arch: str, root: Path) -> Path:

@@ -39,9 +39,8 @@ from typing import Callable, Iterator
 from . import render
 from .arch import get_arch, serialization_note
 from .artifact import (ABI_VERSION, MANIFEST_NAME, MANIFEST_SCHEMA, ArtifactError, atomic_write, file_sha256,
-                       output_dir, read_manifest, sha256_bytes)
+                       generator_digest, output_dir, read_manifest, sha256_bytes, tree_digest)
 from .naming import GEMMS, KernelConfig
-from .paths import PACKAGE_DIR
 from .problem import gemm_shapes
 from .spec import ModelSpec, model_from_dict
 
@@ -55,10 +54,6 @@ STORE_LOCK_NAME = ".store.lock"  # its own name: --objects may point at a build 
 # (flock grants new shared locks while an exclusive request waits, so a stream of builds would starve it).
 STORE_GATE_NAME = ".store.gate"
 STAGING = ".staging"  # a build directory's next sources and logs, until the library links
-# The generator: every module whose code decides what a build produces.  Its source is hashed into
-# the library's fingerprint (Inductor's codecache does the same), so an edit here is never "up to date".
-GENERATOR_SOURCES = ("spec.py", "problem.py", "naming.py", "layout.py", "arch", "render.py", "build.py",
-                     "artifact.py")
 
 
 class BuildError(RuntimeError):
@@ -154,25 +149,9 @@ class BuildResult:
     resources: dict = field(default_factory=dict)  # kernel -> ptxas registers / spills
 
 
-def tree_digest(root: Path, suffixes=(".h", ".hpp", ".cuh", ".inl", ".j2", ".py")) -> str:
-    """Content hash of every source file below root (paths and bytes, sorted)."""
-    parts = []
-    for p in sorted(x for x in root.rglob("*") if x.is_file() and x.suffix in suffixes and "__pycache__" not in x.parts):
-        parts += [str(p.relative_to(root)), p.read_bytes()]
-    return sha256_bytes(*parts)
-
-
 @lru_cache(maxsize=None)
 def _cached_tree_digest(root: Path) -> str:
     return tree_digest(root)
-
-
-def generator_digest(package_dir: Path = PACKAGE_DIR) -> str:
-    parts = []
-    for name in GENERATOR_SOURCES:
-        path = package_dir / name
-        parts += [name, tree_digest(path) if path.is_dir() else path.read_bytes()]
-    return sha256_bytes(*parts)
 
 
 _QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)

@@ -17,6 +17,7 @@ they capture in CUDA graphs and trace under ``torch.compile(fullgraph=True)``:
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from .artifact import ArtifactError, check_built_for, read_manifest, verify_library
+from .artifact import ArtifactError, check_built_for, generator_digest, read_manifest, verify_library
 from .binding import (IDS_I32, IDS_I64, LOGITS_BF16, LOGITS_F32, Args, BatchedArgs, ExpertsArgs, Library, Weights,
                       library)
 from .dispatch import GpuInfo, find_dispatch, heuristic_choice, user_dir, warn_once
@@ -419,6 +420,12 @@ def benchmark_switches() -> dict[str, str]:
     return {name: os.environ[name] for name in BENCHMARK_SWITCHES if os.environ.get(name)}
 
 
+@functools.lru_cache(maxsize=None)
+def _generator() -> str:
+    """The digest of the generator this process would build with (its sources do not change under it)."""
+    return generator_digest()
+
+
 def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.device | str | None = None,
          dispatch_root: str | Path | None = None) -> MoeLayer:
     """Load ``generated/<variant>/<arch>``; checks manifest, library, spec and GPU before use.
@@ -438,6 +445,10 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     except ArtifactError as e:
         raise LoadError(str(e)) from None
     mpath = manifest.path
+    built_by = manifest.data.get("generator")
+    if isinstance(built_by, str) and built_by != _generator():
+        warn_once(f"{mpath}: built by another version of moegen's generator than this one; `moegen build` with the "
+                  "same options rebuilds it (loading it anyway)")
     try:
         built_spec = model_from_dict(manifest.spec, f"{mpath}:spec")
     except SpecError as e:

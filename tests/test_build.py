@@ -674,3 +674,21 @@ def test_the_toolchain_identity_sees_what_nvcc_reads_beyond_its_version(monkeypa
     assert build.toolchain_identity.__wrapped__(nvcc) == plain  # stable: no temporary names, no times
     monkeypatch.setenv("NVCC_APPEND_FLAGS", "-G")
     assert build.toolchain_identity.__wrapped__(nvcc) != plain
+
+
+def test_loading_a_library_another_generator_built_warns(tmp_path, fake_toolchain, monkeypatch):
+    """A build from before an edit to moegen's generator still loads, but says it is stale."""
+    import warnings
+
+    from moegen import dispatch, runtime
+    built = run(tiny(), TINY_SETS["a"], tmp_path / "gen", fake_toolchain)
+    out = built.plan.out_dir
+    for generator, stale in ((runtime._generator(), False), ("0" * 64, True)):
+        monkeypatch.setattr(runtime, "_generator", lambda g=generator: g)
+        dispatch._warned.clear()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with pytest.raises(runtime.LoadError):  # no GPU here (or not this fake library's): after the checks
+                runtime.load(out, spec=tiny(), device="cpu")
+        said = [str(w.message) for w in seen if "another version of moegen's generator" in str(w.message)]
+        assert bool(said) == stale and all(str(out) in s for s in said)

@@ -236,8 +236,8 @@ def heuristic_choice(kernels: list[KernelConfig], spec: ModelSpec, tokens: int) 
         if not cands:
             raise DispatchError(f"the library has no {gemm} kernel")
         covering = [(k.block_n, k.block_m, -k.stages, i) for i, k in cands if k.block_n >= rows]
-        picks.append(min(covering)[3] if covering else max((k.block_n, -k.block_m, k.stages, i)
-                                                           for i, k in cands)[3])
+        picks.append(min(covering)[3] if covering else max([(k.block_n, -k.block_m, k.stages, i)
+                                                            for i, k in cands])[3])
     return picks[0], picks[1]
 
 

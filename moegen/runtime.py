@@ -21,7 +21,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -51,9 +51,22 @@ class _LayerShape:
     bias13: bool
     bias2: bool
     layout: str
+    device: int  # the CUDA device index `load` checked this GPU and table for
+
+
+# How each loaded layer picks its kernels for T tokens (MoeLayer.choose_kernels), for ops called
+# with kernels (-1, -1): the choice is made inside the op, where T is a number, so a call that
+# torch.compile traced or a CUDA graph captured dispatches on its own T, not on the trace's.
+_CHOOSE: dict[int, Callable[[int], tuple[int, int]]] = {}
 
 
 _SHAPES: dict[int, _LayerShape] = {}
+
+
+def _kernels(handle: int, gemm1_kernel: int, gemm2_kernel: int, tokens: int) -> tuple[int, int]:
+    if (gemm1_kernel, gemm2_kernel) == (-1, -1):
+        return _CHOOSE[handle](tokens)
+    return gemm1_kernel, gemm2_kernel
 
 
 def _fail(what: str, got, expected: str):
@@ -75,14 +88,24 @@ def _check_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.devic
         _fail(name, f"data pointer {t.data_ptr():#x}", f"{alignment}-byte alignment (the kernels' loads need it)")
 
 
+def _element_aligned(t) -> int:
+    """The routing reads these tensors an element at a time: a row slice of a larger one is fine."""
+    return t.element_size() if isinstance(t, torch.Tensor) else 1
+
+
 def _check_hidden(s: _LayerShape, hidden) -> torch.device:
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
         got = f"shape {tuple(hidden.shape)}" if isinstance(hidden, torch.Tensor) else type(hidden).__name__
         _fail("hidden_states", got, f"a 2-D tensor [T, {s.hidden}]")
-    if hidden.device.type != "cuda":
-        _fail("hidden_states", f"on {hidden.device}", "a CUDA device")
+    _check_layer_device(s, hidden)
     _check_tensor("hidden_states", hidden, (hidden.shape[0], s.hidden), (torch.bfloat16,), hidden.device)
     return hidden.device
+
+
+def _check_layer_device(s: _LayerShape, hidden: torch.Tensor) -> None:
+    if hidden.device.type != "cuda" or hidden.device.index != s.device:
+        _fail("hidden_states", f"on {hidden.device}", f"cuda:{s.device}, the GPU this layer was loaded for "
+              "(moegen.load(..., device=...) loads it for another)")
 
 
 def _check_weights(s: _LayerShape, dev: torch.device, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
@@ -130,8 +153,9 @@ def _workspace(lib: Library, T: int, dev, poison: bool) -> torch.Tensor:
 
 
 def _run(lib: Library, fn, args, k1: int, k2: int, dev) -> None:
-    stream = torch.cuda.current_stream(dev).cuda_stream
-    rc = fn(ctypes.byref(args), k1, k2, ctypes.c_void_p(stream))
+    with torch.cuda.device(dev):  # the library launches on the current device; make it the tensors'
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        rc = fn(ctypes.byref(args), k1, k2, ctypes.c_void_p(stream))
     if rc != 0:
         raise RuntimeError(f"moegen ({lib.path.name}): {lib.last_error()}")
 
@@ -148,11 +172,12 @@ def moe_forward(handle: int, hidden: torch.Tensor, router_logits: torch.Tensor, 
     dev = _check_hidden(s, hidden)
     T = hidden.shape[0]
     _check_tokens(lib, T)
-    _check_tensor("router_logits", router_logits, (T, s.num_experts), (torch.float32, torch.bfloat16), dev)
+    _check_tensor("router_logits", router_logits, (T, s.num_experts), (torch.float32, torch.bfloat16), dev,
+                  _element_aligned(router_logits))
     if s.score_bias:
         if score_bias is None:
             _fail("score_bias", "None", f"float32 [{s.num_experts}] (this router selects on score + bias)")
-        _check_tensor("score_bias", score_bias, (s.num_experts,), (torch.float32,), dev)
+        _check_tensor("score_bias", score_bias, (s.num_experts,), (torch.float32,), dev, 4)
     elif score_bias is not None:
         _fail("score_bias", "a tensor", "None (this router takes no score bias)")
     weights = (w13, w13_scales, w13_expert_scale, b13, w2, w2_scales, w2_expert_scale, b2)
@@ -169,7 +194,7 @@ def moe_forward(handle: int, hidden: torch.Tensor, router_logits: torch.Tensor, 
                 hidden=_ptr(hidden), router_logits=_ptr(router_logits), score_bias=_ptr(score_bias),
                 weights=_weights_struct(*weights), out=_ptr(out), topk_ids=_ptr(ids),
                 topk_weights=_ptr(topk_weights), workspace=_ptr(workspace), workspace_bytes=workspace.numel())
-    _run(lib, lib.dll.moegen_forward, args, gemm1_kernel, gemm2_kernel, dev)
+    _run(lib, lib.dll.moegen_forward, args, *_kernels(handle, gemm1_kernel, gemm2_kernel, T), dev)
     return out, ids, topk_weights
 
 
@@ -187,10 +212,10 @@ def _experts(handle, hidden, topk_ids, topk_weights, expert_map, weights, gemm1_
     dev = _check_hidden(s, hidden)
     T = hidden.shape[0]
     _check_tokens(lib, T)
-    _check_tensor("topk_ids", topk_ids, (T, s.top_k), (torch.int32, torch.int64), dev)
-    _check_tensor("topk_weights", topk_weights, (T, s.top_k), (torch.float32,), dev)
+    _check_tensor("topk_ids", topk_ids, (T, s.top_k), (torch.int32, torch.int64), dev, _element_aligned(topk_ids))
+    _check_tensor("topk_weights", topk_weights, (T, s.top_k), (torch.float32,), dev, 4)
     if expert_map is not None:
-        _check_tensor("expert_map", expert_map, (s.num_experts,), (torch.int32,), dev)
+        _check_tensor("expert_map", expert_map, (s.num_experts,), (torch.int32,), dev, 4)
     _check_weights(s, dev, *weights)
     _check_tensor("out", out, (T, s.hidden), (torch.bfloat16,), dev)
     if poison:
@@ -200,7 +225,7 @@ def _experts(handle, hidden, topk_ids, topk_weights, expert_map, weights, gemm1_
                        hidden=_ptr(hidden), topk_ids=_ptr(topk_ids), topk_weights=_ptr(topk_weights),
                        expert_map=_ptr(expert_map), weights=_weights_struct(*weights), out=_ptr(out),
                        workspace=_ptr(workspace), workspace_bytes=workspace.numel())
-    _run(lib, lib.dll.moegen_forward_experts, args, gemm1_kernel, gemm2_kernel, dev)
+    _run(lib, lib.dll.moegen_forward_experts, args, *_kernels(handle, gemm1_kernel, gemm2_kernel, T), dev)
 
 
 @torch.library.custom_op("moegen::moe_experts", mutates_args=())
@@ -250,8 +275,7 @@ def _experts_batched(handle, hidden, expert_num_tokens, num_tokens, weights, gem
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
         got = f"shape {tuple(hidden.shape)}" if isinstance(hidden, torch.Tensor) else type(hidden).__name__
         _fail("hidden_states", got, f"a 3-D tensor [{s.local_experts}, M, {s.hidden}] (rows grouped by local expert)")
-    if hidden.device.type != "cuda":
-        _fail("hidden_states", f"on {hidden.device}", "a CUDA device")
+    _check_layer_device(s, hidden)
     dev, M = hidden.device, hidden.shape[1]
     _check_tensor("hidden_states", hidden, (s.local_experts, M, s.hidden), (torch.bfloat16,), dev)
     if M > lib.max_tokens_per_expert:
@@ -269,7 +293,9 @@ def _experts_batched(handle, hidden, expert_num_tokens, num_tokens, weights, gem
     args = BatchedArgs(num_tokens=num_tokens, max_tokens_per_expert=M, hidden=_ptr(hidden),
                        expert_num_tokens=_ptr(expert_num_tokens), weights=_weights_struct(*weights), out=_ptr(out),
                        workspace=_ptr(workspace), workspace_bytes=workspace.numel())
-    _run(lib, lib.dll.moegen_forward_batched, args, gemm1_kernel, gemm2_kernel, dev)
+    # the kernels an experts-only call of as many tokens as these rows can hold would run
+    tokens = min(num_tokens, -(-s.local_experts * M // s.top_k))
+    _run(lib, lib.dll.moegen_forward_batched, args, *_kernels(handle, gemm1_kernel, gemm2_kernel, tokens), dev)
 
 
 @torch.library.custom_op("moegen::moe_experts_batched", mutates_args=())
@@ -329,7 +355,7 @@ class MoeLayer:
     fused layer), or use .experts with your own routing."""
 
     def __init__(self, out_dir: Path, manifest, spec: ModelSpec, library: Library, gpu: GpuInfo,
-                 dispatch_root: Path | None):
+                 dispatch_root: Path | None, device: int = 0):
         self.out_dir, self.manifest, self.spec, self.library, self.gpu = out_dir, manifest, spec, library, gpu
         self.weight_layout = manifest.weight_layout
         self.kernels: list[KernelConfig] = [parse_kernel_name(n) for n in library.kernel_names()]
@@ -340,7 +366,9 @@ class MoeLayer:
             warn_once(note)
         _SHAPES[library.handle] = _LayerShape(spec.num_experts, spec.local_experts, spec.top_k, spec.hidden_size,
                                               spec.local_intermediate, spec.router.score_bias, spec.gemm1_bias,
-                                              spec.gemm2_bias, self.weight_layout)
+                                              spec.gemm2_bias, self.weight_layout, device)
+        _CHOOSE[library.handle] = self.choose_kernels
+        self.device = torch.device("cuda", device)
 
     def choose_kernels(self, num_tokens: int) -> tuple[int, int]:
         """(gemm1, gemm2) kernel indices: from the dispatch table, else the documented heuristic
@@ -359,7 +387,7 @@ class MoeLayer:
                  score_bias: torch.Tensor | None = None, kernels: tuple[int, int] | None = None,
                  poison: bool = False) -> MoeOutput:
         self._check_prepared(weights)
-        k1, k2 = kernels if kernels is not None else self.choose_kernels(hidden_states.shape[0])
+        k1, k2 = kernels if kernels is not None else (-1, -1)  # chosen in the op, by its T
         out, ids, w = torch.ops.moegen.moe_forward(self.library.handle, hidden_states, router_logits, score_bias,
                                                    *_flat(weights), k1, k2, poison)
         return MoeOutput(out, ids, w)
@@ -371,7 +399,7 @@ class MoeLayer:
         on this rank: expert_map (int32 [num_experts], global id -> local id or -1) places them, or,
         without one, this build's contiguous expert range.  Written into `out` when given."""
         self._check_prepared(weights)
-        k1, k2 = kernels if kernels is not None else self.choose_kernels(hidden_states.shape[0])
+        k1, k2 = kernels if kernels is not None else (-1, -1)  # chosen in the op, by its T
         if out is None:
             return torch.ops.moegen.moe_experts(self.library.handle, hidden_states, topk_ids, topk_weights,
                                                 expert_map, *_flat(weights), k1, k2, poison)
@@ -394,11 +422,7 @@ class MoeLayer:
         self._check_prepared(weights)
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
             _fail("num_tokens", shown(num_tokens), "the tokens the dispatch carried over all ranks, an integer >= 0")
-        if kernels is None:
-            grouped = isinstance(hidden_states, torch.Tensor) and hidden_states.dim() == 3  # else the op refuses it
-            rows = self.spec.local_experts * hidden_states.shape[1] if grouped else num_tokens * self.spec.top_k
-            kernels = self.choose_kernels(min(num_tokens, -(-rows // self.spec.top_k)))
-        k1, k2 = kernels
+        k1, k2 = kernels if kernels is not None else (-1, -1)  # chosen in the op, by its rows
         if out is None:
             return torch.ops.moegen.moe_experts_batched(self.library.handle, hidden_states, expert_num_tokens,
                                                         num_tokens, *_flat(weights), k1, k2, poison)
@@ -467,6 +491,8 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
         raise LoadError("no CUDA GPU visible to PyTorch; moegen layers run on the GPU")
     try:
         dev = torch.device(device if device is not None else "cuda")
+        if dev.type == "cuda" and dev.index is None:  # the current device, by its index: the layer keeps it
+            dev = torch.device("cuda", torch.cuda.current_device())
         cap = torch.cuda.get_device_capability(dev)
     except (RuntimeError, ValueError, AssertionError) as e:
         raise LoadError(f"device {device!r}: {e}") from None
@@ -484,7 +510,7 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     if list(library.kernel_names()) != list(manifest.kernels):
         raise LoadError(f"{manifest.library_path}: its kernel table differs from {mpath}'s; rebuild")
     root = Path(dispatch_root) if dispatch_root is not None else user_dir(out_dir.parent.parent)
-    return MoeLayer(out_dir, manifest, built_spec, library, gpu_info(dev), root)
+    return MoeLayer(out_dir, manifest, built_spec, library, gpu_info(dev), root, dev.index)
 
 
 def gpu_info(device: torch.device | str = "cuda") -> GpuInfo:

@@ -390,6 +390,14 @@ def test_input_checks():
         layer.experts(x.hidden, ids[:, :6].contiguous(), ids[:, :6].float(), w.prepared,
                       expert_map=torch.zeros(255, dtype=torch.int32, device="cuda"))
     assert layer.library.workspace_bytes(2**31) == 0 and layer.library.workspace_bytes(-1) == 0
+    # Row slices of the routing tensors (a micro-batch split) need only their elements' alignment.
+    x5 = random_inputs(spec, 5, "cuda", _SEED + 1)
+    routed = layer(x5.hidden, x5.logits, w.prepared, x5.score_bias)
+    ids_s, weights_s = routed.topk_ids[1:], routed.topk_weights[1:]
+    assert ids_s.data_ptr() % 16 and weights_s.data_ptr() % 16
+    torch.testing.assert_close(layer.experts(x5.hidden[1:], ids_s, weights_s, w.prepared),
+                               layer.experts(x5.hidden[1:].clone(), ids_s.clone(), weights_s.clone(), w.prepared),
+                               rtol=0, atol=0)
 
 
 def test_dispatch_without_a_table_warns_and_uses_the_heuristic(tmp_path):

@@ -76,7 +76,7 @@ def test_weights_are_checked_at_their_layouts_alignment(layout, alignment):
     from moegen.layout import get_layout
     from moegen.runtime import _check_weights, _LayerShape
     s = _LayerShape(num_experts=2, local_experts=2, top_k=1, hidden=128, intermediate=128, score_bias=False,
-                    bias13=False, bias2=False, layout=layout)
+                    bias13=False, bias2=False, layout=layout, device=0)
     lay, cpu = get_layout(layout), torch.device("cpu")
 
     def gemm(n, k, offset=0):
@@ -91,3 +91,70 @@ def test_weights_are_checked_at_their_layouts_alignment(layout, alignment):
     _check_weights(s, cpu, *gemm(256, 128, alignment), *gemm(128, 128))
     with pytest.raises(ValueError, match=f"weights.gemm1.w: data pointer .*, expected {alignment}-byte alignment"):
         _check_weights(s, cpu, *gemm(256, 128, alignment // 2), *gemm(128, 128))
+
+
+def test_hash_route_masks_ids_outside_the_vocabulary_and_the_experts():
+    """DeepSeek-V4's hash layers: valid ids give the table's experts and the renormalized scores; a token
+    id outside the table, or a table entry outside the experts, gives -1 slots (no expert) with weight 0,
+    on the device, without a host sync or an out-of-bounds gather."""
+    from moegen.routing import hash_route
+    spec = moegen.load_model("deepseek-v4-flash")
+    E, K = spec.num_experts, spec.top_k
+    g = torch.Generator().manual_seed(0)
+    tid2eid = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(50)]).int()
+    tid2eid[7, 2] = E  # a corrupt entry
+    logits = torch.randn(4, E, generator=g)
+    input_ids = torch.tensor([3, 7, -1, 50])
+    ids, w = hash_route(spec, logits, tid2eid, input_ids)
+    scores = torch.sqrt(torch.nn.functional.softplus(logits.double()))
+    want = scores[0, tid2eid[3].long()]
+    assert torch.equal(ids[0], tid2eid[3]) and torch.allclose(w[0].double(), want / want.sum() * spec.router.routed_scaling_factor)
+    assert ids[1, 2] == -1 and w[1, 2] == 0 and torch.equal(ids[1, [0, 1, 3, 4, 5]], tid2eid[7, [0, 1, 3, 4, 5]])
+    assert torch.allclose(w[1].sum().double(), torch.tensor(spec.router.routed_scaling_factor, dtype=torch.float64))
+    assert (ids[2:] == -1).all() and (w[2:] == 0).all() and torch.isfinite(w).all()
+    with pytest.raises(ValueError, match=r"tid2eid: torch.float32 \(50, 6\), expected a \[vocab, 6\] integer tensor"):
+        hash_route(spec, logits, tid2eid.float(), input_ids)
+
+
+def test_compiled_calls_choose_their_kernels_in_the_op_not_in_the_trace():
+    """torch.compile(fullgraph=True) traces every entry point at any T, and the traced op is called with
+    kernels (-1, -1): the layer's dispatch picks them per call, inside the op, from the call's own T (a
+    trace at one T serving every T of a dynamic batch dimension would otherwise run the trace's kernels)."""
+    from types import SimpleNamespace
+
+    from moegen import runtime
+    from moegen.arch import get_arch
+    from moegen.layout import PreparedGemm, PreparedWeights
+
+    spec = moegen.load_model("qwen3-30b-a3b")
+    layer = object.__new__(runtime.MoeLayer)
+    handle = 10 ** 6  # no library behind it: the backend below never runs the op
+    layer.library, layer.spec, layer.dispatch = SimpleNamespace(handle=handle), spec, None
+    layer.kernels, layer.weight_layout = get_arch("sm90").fallback_configs(spec), "sm90_e2m1_atom64"
+    runtime._SHAPES[handle] = runtime._LayerShape(spec.num_experts, spec.local_experts, spec.top_k, spec.hidden_size,
+                                                  spec.local_intermediate, False, False, False, layer.weight_layout, 0)
+    meta = torch.device("meta")
+    gemm = PreparedGemm(torch.empty(1, device=meta), torch.empty(1, device=meta), torch.empty(1, device=meta), None)
+    weights = PreparedWeights(layer.weight_layout, gemm, gemm)
+    graphs = []
+
+    def backend(gm, example_inputs):  # runs the graph on meta tensors: the ops' fake implementations
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    for T in (8, 2049, 8192):  # beyond the fallback kernels' largest block_n: the heuristic's other branch
+        h = torch.empty(T, spec.hidden_size, dtype=torch.bfloat16, device=meta)
+        ids = torch.empty(T, spec.top_k, dtype=torch.int32, device=meta)
+        w = torch.empty(T, spec.top_k, dtype=torch.float32, device=meta)
+        torch.compile(lambda h, ids, w: layer.experts(h, ids, w, weights), fullgraph=True, backend=backend)(h, ids, w)
+        grouped = torch.empty(spec.local_experts, T, spec.hidden_size, dtype=torch.bfloat16, device=meta)
+        counts = torch.empty(spec.local_experts, dtype=torch.int32, device=meta)
+        torch.compile(lambda x, c: layer.experts_batched(x, c, weights, num_tokens=T), fullgraph=True,
+                      backend=backend)(grouped, counts)
+    calls = [n for g in graphs for n in g.graph.nodes if n.op == "call_function" and "moegen" in str(n.target)]
+    assert len(calls) >= 4 and {str(n.target).split(".")[1] for n in calls} == {"moe_experts", "moe_experts_batched"}
+    assert all(tuple(n.args[-3:-1]) == (-1, -1) for n in calls)  # (..., gemm1_kernel, gemm2_kernel, poison)
+    assert runtime._kernels(handle, 3, 4, 1) == (3, 4)
+    runtime._CHOOSE[handle] = layer.choose_kernels
+    assert runtime._kernels(handle, -1, -1, 9000) == layer.choose_kernels(9000)

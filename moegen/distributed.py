@@ -122,7 +122,10 @@ class DistributedMoe:
         """This rank's tokens' layer output (bf16 [T, H]).  `alltoall` takes any T per rank, 0 included
         (and needs no pad_to).  `allgather` needs one length on every EP rank: the same T, or the same
         `pad_to` >= T on each (the ranks cannot check it without a host sync: lengths that differ make
-        NCCL hang or misread)."""
+        NCCL hang or misread).  `alltoall` sends a token to the ranks that own its experts by the
+        contiguous ranges of `--ep-size E --ep-rank R` builds (global id // local experts); experts
+        placed otherwise (an expert_map inside `experts`) need `allgather`, which sends every token to
+        every rank."""
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")

@@ -628,9 +628,18 @@ def _compile_one(plan: BuildPlan, step: CompileStep, nvcc: _Compiles):
         return step, False, text, time.monotonic() - t0
     digest = file_sha256(tmp)
     atomic_write(store / f"{step.obj}.log", text)
+    _fsync(tmp)  # on disk before its name says it is there: a power loss leaves no empty object
     os.replace(tmp, store / step.obj)
     atomic_write(store / f"{step.obj}.sha256", digest + "\n")
     return step, True, text, time.monotonic() - t0
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _link(plan: BuildPlan) -> None:
@@ -649,7 +658,9 @@ def _link(plan: BuildPlan) -> None:
             raise BuildError(f"link of {plan.library}: the library does not embed its fingerprint "
                              f"{plan.fingerprint[:16]} (a cached object is not what its name says; "
                              f"`moegen clean` and rebuild)")
+        _fsync(out / tmp_lib)  # its bytes, then its name, on disk before the manifest names it
         os.replace(out / tmp_lib, out / plan.library)
+        _fsync(out)
     finally:
         (out / tmp_lib).unlink(missing_ok=True)
 

@@ -692,3 +692,23 @@ def test_loading_a_library_another_generator_built_warns(tmp_path, fake_toolchai
                 runtime.load(out, spec=tiny(), device="cpu")
         said = [str(w.message) for w in seen if "another version of moegen's generator" in str(w.message)]
         assert bool(said) == stale and all(str(out) in s for s in said)
+
+
+def test_objects_and_the_library_reach_the_disk_before_the_manifest_names_them(tmp_path, fake_toolchain, monkeypatch):
+    """After a power loss the manifest never names an empty library or object."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
+    built = run(tiny(), TINY_SETS["a"], tmp_path / "gen", fake_toolchain)
+    out, store = built.plan.out_dir, tmp_path / "gen" / ".objects"
+    manifest_at = events.index(("replace", str(out / "manifest.json")))
+    lib = str(out / built.plan.library)
+    assert events.index(("replace", lib)) < manifest_at
+    assert any(e[0] == "fsync" and e[1].endswith(".tmp") and built.plan.library in e[1] for e in events[:events.index(("replace", lib))])
+    assert ("fsync", str(out)) in events[events.index(("replace", lib)):manifest_at]
+    for c in built.plan.compiles:
+        i = events.index(("replace", str(store / c.obj)))
+        assert any(e[0] == "fsync" and Path(e[1]).name.startswith(f".{c.obj}.") and ".log" not in e[1]
+                   and ".sha256" not in e[1] for e in events[:i]), c.obj

@@ -216,14 +216,18 @@ def verify_library(m: Manifest) -> None:
         raise ArtifactError(f"{lib}: its sha256 differs from {m.path}'s (a stale or damaged library); rebuild")
 
 
-def check_built_for(m: Manifest, spec: ModelSpec) -> None:
-    """ArtifactError unless the library was built for this spec (the first field that differs named)."""
+def built_spec(m: Manifest, expected: ModelSpec | None = None) -> ModelSpec:
+    """The spec the library was built for; ArtifactError if it does not read, or differs from `expected`
+    (the first field that differs named)."""
     try:
         built = model_from_dict(m.spec, f"{m.path}:spec")
     except SpecError as e:
         raise ArtifactError(f"{e}; rebuild") from None
-    want, have = spec.to_dict(), built.to_dict()  # a field absent from the manifest reads as its default
+    if expected is None:
+        return built
+    want, have = expected.to_dict(), built.to_dict()  # a field absent from the manifest reads as its default
     if want != have:
         diff = next(k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k))
         raise ArtifactError(f"{m.path}: built for {m.variant}, but the spec given differs at '{diff}': built "
                             f"{have.get(diff)!r}, given {want.get(diff)!r}; rebuild for this spec")
+    return built

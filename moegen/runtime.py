@@ -25,14 +25,14 @@ from typing import Callable, Optional
 
 import torch
 
-from .artifact import ArtifactError, check_built_for, generator_digest, read_manifest, verify_library
+from .artifact import ArtifactError, built_spec, generator_digest, read_manifest, verify_library
 from .binding import (IDS_I32, IDS_I64, LOGITS_BF16, LOGITS_F32, Args, BatchedArgs, ExpertsArgs, Library, Weights,
                       library)
 from .dispatch import GpuInfo, find_dispatch, heuristic_choice, user_dir, warn_once
 from .layout import PreparedWeights, get_layout
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey
-from .spec import ModelSpec, SpecError, model_from_dict, shown
+from .spec import ModelSpec, shown
 
 
 class LoadError(RuntimeError):
@@ -473,17 +473,12 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     if isinstance(built_by, str) and built_by != _generator():
         warn_once(f"{mpath}: built by another version of moegen's generator than this one; `moegen build` with the "
                   "same options rebuilds it (loading it anyway)")
+    if spec is not None and not isinstance(spec, ModelSpec):
+        raise LoadError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
     try:
-        built_spec = model_from_dict(manifest.spec, f"{mpath}:spec")
-    except SpecError as e:
-        raise LoadError(f"{e}; rebuild") from None
-    if spec is not None:
-        if not isinstance(spec, ModelSpec):
-            raise LoadError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
-        try:
-            check_built_for(manifest, spec)
-        except ArtifactError as e:
-            raise LoadError(str(e)) from None
+        spec_built = built_spec(manifest, spec)
+    except ArtifactError as e:
+        raise LoadError(str(e)) from None
     capability = manifest.data.get("compute_capability")
     if not (isinstance(capability, list) and len(capability) == 2):
         raise LoadError(f"{mpath}: field 'compute_capability' = {capability!r}: expected [major, minor]; rebuild")
@@ -510,7 +505,7 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     if list(library.kernel_names()) != list(manifest.kernels):
         raise LoadError(f"{manifest.library_path}: its kernel table differs from {mpath}'s; rebuild")
     root = Path(dispatch_root) if dispatch_root is not None else user_dir(out_dir.parent.parent)
-    return MoeLayer(out_dir, manifest, built_spec, library, gpu_info(dev), root, dev.index)
+    return MoeLayer(out_dir, manifest, spec_built, library, gpu_info(dev), root, dev.index)
 
 
 def gpu_info(device: torch.device | str = "cuda") -> GpuInfo:

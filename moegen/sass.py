@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from .arch import serialization_note
-from .artifact import ArtifactError, Manifest, check_built_for, read_manifest, verify_library
+from .artifact import ArtifactError, Manifest, built_spec, read_manifest, verify_library
 from .problem import gemm_shapes
 from .spec import ModelSpec, model_from_dict, shown
 
@@ -112,7 +112,7 @@ def audit_build(out_dir: Path, spec: ModelSpec | None = None) -> tuple[bool, str
     """spec: the one the library must have been built for (ArtifactError otherwise)."""
     m = read_manifest(out_dir)
     if spec is not None:
-        check_built_for(m, spec)
+        built_spec(m, spec)
     if (m.arch, m.activation_format) not in MMA_OPCODES:
         raise ArtifactError(f"{m.path}: fields 'arch', 'activation_format' = {shown(m.arch)}, "
                             f"{shown(m.activation_format)}: expected one of {sorted(MMA_OPCODES)}; rebuild")

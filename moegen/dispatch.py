@@ -34,6 +34,10 @@ class DispatchError(RuntimeError):
     pass
 
 
+class NewerTableError(DispatchError):
+    """A table of a later schema than this moegen reads: never replaced, since it holds newer work."""
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     name: str
@@ -60,8 +64,9 @@ def user_dir(out_root: Path) -> Path:
 
 class Dispatch:
     """Bucket lookup: the table's choice for the smallest bucket >= T, the largest bucket's beyond it.
-    A partial table (a tune cut short: ``tuned_with.partial``) answers None beyond its last bucket,
-    where nothing was measured; the caller uses the heuristic there."""
+    A partial table (a tune cut short: ``tuned_with.partial``) measured nothing beyond its last
+    bucket: there it asks `fallback`, the next table in the lookup order, and answers None without
+    one; the caller uses the heuristic then."""
 
     def __init__(self, table: dict, kernel_names: list[str], source: str):
         rows = sorted(table["buckets"], key=lambda b: b["tokens"])
@@ -76,12 +81,15 @@ class Dispatch:
         self.tokens = [b["tokens"] for b in rows]
         self.picks = [(index[b["gemm1"]], index[b["gemm2"]]) for b in rows]
         self.partial = is_partial(table)
+        self.fallback: Dispatch | None = None
 
     def choose(self, tokens: int) -> tuple[int, int] | None:
         for t, pick in zip(self.tokens, self.picks):
             if tokens <= t:
                 return pick
-        return None if self.partial else self.picks[-1]
+        if not self.partial:
+            return self.picks[-1]
+        return self.fallback.choose(tokens) if self.fallback is not None else None
 
 
 def is_partial(table: dict) -> bool:
@@ -98,6 +106,9 @@ def read_table(path: Path) -> dict:
         raise DispatchError(f"{path}: not valid JSON ({e})") from None
     except RecursionError:
         raise DispatchError(f"{path}: nested too deeply, expected a dispatch table") from None
+    if isinstance(table, dict) and type(table.get("schema")) is int and table["schema"] > TABLE_SCHEMA:
+        raise NewerTableError(f"{path}: schema {table['schema']}, written by a newer moegen (this one reads "
+                              f"schema {TABLE_SCHEMA}); upgrade moegen to use it")
     if not isinstance(table, dict) or table.get("schema") != TABLE_SCHEMA:
         got = table.get("schema") if isinstance(table, dict) else type(table).__name__
         raise DispatchError(f"{path}: schema {shown(got)}, expected {TABLE_SCHEMA}; re-run `moegen tune`")
@@ -122,6 +133,10 @@ def read_table(path: Path) -> dict:
         if not _number_or_null(b.setdefault("us", None)):  # a hand-written bucket may give no time
             raise DispatchError(f"{path}: bucket {shown(b)}: field 'us' = {shown(b.get('us'))}: expected a number "
                                 "or null")
+    tokens = sorted(b["tokens"] for b in buckets)
+    twice = next((t for t, u in zip(tokens, tokens[1:]) if t == u), None)
+    if twice is not None:
+        raise DispatchError(f"{path}: two buckets for tokens = {twice}: expected one per token count")
     _check_filed_where_it_belongs(Path(path), table)
     rows = table.setdefault("measurements", [])  # a hand-written table may have no timings
     if not isinstance(rows, list):
@@ -200,7 +215,7 @@ def find_dispatch(arch: str, gpu: GpuInfo, problem: ProblemKey, kernel_names: li
                   user_root: Path | None = None, shipped_root: Path = SHIPPED_DIR) -> tuple[Dispatch | None, list[str]]:
     """The table to dispatch by, and notes worth a warning (why a table was passed over, or which
     fallback is used).  None: no usable table; the caller uses the heuristic."""
-    notes = []
+    notes, chain = [], []
     exact = [table_path(r, arch, gpu, problem) for r in (user_root, shipped_root) if r is not None]
     others = [p for p in shipped_tables(arch, problem, shipped_root) if p not in exact]
     for i, path in enumerate([*exact, *others]):
@@ -213,14 +228,23 @@ def find_dispatch(arch: str, gpu: GpuInfo, problem: ProblemKey, kernel_names: li
             notes.append(str(e) if str(path) in str(e) else f"{path}: {e}")
             continue
         if i >= len(exact):
-            notes.append(f"no dispatch table for {gpu.name} ({gpu.sm_count} SMs) and problem {problem.slug}; using "
-                         f"the one tuned on {table['gpu']['name']} ({table['gpu']['sm_count']} SMs), {path}. "
-                         "`moegen tune` writes one for this GPU")
+            where = (f"beyond T = {chain[0].tokens[-1]}, the last bucket of the partial table {chain[0].source}"
+                     if chain else f"no dispatch table for {gpu.name} ({gpu.sm_count} SMs) and problem {problem.slug}")
+            notes.append(f"{where}; using the one tuned on {table['gpu']['name']} ({table['gpu']['sm_count']} SMs), "
+                         f"{path}. `moegen tune` writes one for this GPU")
         else:
             version_note = _versions_note(path, table, gpu)
             if version_note:
                 notes.append(version_note)
-        return dispatch, notes
+        if chain:
+            chain[-1].fallback = dispatch
+        chain.append(dispatch)
+        if not dispatch.partial:  # it answers every T
+            return chain[0], notes
+    if chain:
+        notes.append(f"beyond T = {chain[-1].tokens[-1]}, the last bucket of the partial table {chain[-1].source}, "
+                     "using the block_n heuristic")
+        return chain[0], notes
     notes.append(f"no dispatch table for {arch} {gpu.name} ({gpu.sm_count} SMs) and problem {problem.slug}; "
                  "using the block_n heuristic (`moegen tune` writes a table)")
     return None, notes

@@ -159,12 +159,18 @@ class LayerProfiler:
         self.ref: torch.Tensor | None = None
 
     def _start_bucket(self, tokens: int, kernels: tuple[int, int]) -> None:
-        self._tokens = tokens
+        # The bucket counts as started only once its inputs exist and the GPU is warm: a failure here
+        # is retried by the next candidate, not charged to it, and no candidate runs on the previous
+        # bucket's inputs.
+        self._tokens, self.ref = None, None
         self.inputs = [random_inputs(self.layer.spec, tokens, "cuda", self.seed + 100 * tokens + r)
                        for r in range(self.rotations)]
-        self.ref = None
-        graphs = [capture(self.layer, self.weights, x, kernels, timing_pool()) for x in self.inputs]
+        try:
+            graphs = [capture(self.layer, self.weights, x, kernels, timing_pool()) for x in self.inputs]
+        except Exception as e:  # noqa: BLE001 - re-raised with what failed: the warm-up, not the candidate
+            raise RuntimeError(f"warming the GPU up with the heuristic pair failed: {' '.join(str(e).split())}") from None
         warm_up(graphs, self.warm_seconds)
+        self._tokens = tokens
 
     def __call__(self, tokens: int, gemm1: int, gemm2: int) -> Timing:
         if tokens != self._tokens:

@@ -3,8 +3,9 @@
 The profiler is injected (a callable ``(tokens, gemm1_index, gemm2_index) -> microseconds`` that
 raises on failure; it may return a profiler.Timing, which also carries the SM clock and power), so
 the search, the compaction, the bucket logic and the table format are testable without a GPU.  A
-config that fails to launch or to verify scores infinity with its reason; every timing is kept in
-the table next to the GPU and problem it was measured on.
+config that fails to launch or to verify scores infinity with its reason; every timing of the tune
+that chose a bucket's pair is kept in the table next to the GPU and problem it was measured on (a
+bucket tuned again replaces its timings).
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from .artifact import atomic_write, source_commit
-from .dispatch import TABLE_SCHEMA, DispatchError, GpuInfo, heuristic_choice, is_partial, read_table, table_path
+from .dispatch import (TABLE_SCHEMA, DispatchError, GpuInfo, NewerTableError, heuristic_choice, is_partial, read_table,
+                       table_path)
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey, rows_per_expert
 from .sass import local_memory_findings
@@ -72,7 +74,7 @@ def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], 
         power = getattr(result, "power", None)
         if power is not None:
             mhz, watts = power.sm_mhz_median, power.power_w_median
-        reason = "" if math.isfinite(us) else "profiler returned a non-finite time"
+        reason = "" if math.isfinite(us) and us > 0 else f"profiler returned {us!r} µs, expected a positive time"
     except Exception as e:  # noqa: BLE001 - any failure scores infinity with its reason
         us, reason = math.inf, " ".join(f"{type(e).__name__}: {e}".split())
         # ...unless it broke the CUDA context (an illegal address is sticky): every later candidate
@@ -82,7 +84,7 @@ def _timed(profiler: Profiler, tokens: int, g1: int, g2: int, names: list[str], 
             raise TuneError(f"T = {tokens}, {names[g1]} + {names[g2]}: {reason}; the CUDA context is lost, so the "
                             "tune stops here (the buckets finished so far are saved; rerun with --kernels "
                             "leaving this pair out, and report it)") from None
-    return Measurement(tokens, names[g1], names[g2], us if math.isfinite(us) else math.inf, reason, mhz, watts, stage)
+    return Measurement(tokens, names[g1], names[g2], math.inf if reason else us, reason, mhz, watts, stage)
 
 
 def local_memory_reasons(manifest_data: dict) -> dict[str, str]:
@@ -97,11 +99,24 @@ def pair_score(times: list[float]) -> float:
     return statistics.median(times) if all(map(math.isfinite, times)) else math.inf
 
 
+# GEMM2 kernels tried as GEMM1's partner before a bucket gives up: every GEMM1 failing beside one
+# GEMM2 says more about that GEMM2 than about the GEMM1s.
+PARTNER_TRIES = 3
+
+
+def _gemm2_partners(kernels: list[KernelConfig], spec: ModelSpec, tokens: int, rows: float) -> list[int]:
+    """GEMM2 kernels in the order the GEMM1 stage pairs with them: the heuristic's, then the unpruned."""
+    first = heuristic_choice(kernels, spec, tokens)[1]
+    rest = [i for i, k in enumerate(kernels) if k.gemm == "gemm2" and i != first]
+    return [first] + sorted(rest, key=lambda i: (pruned(kernels[i], rows) is not None, i))
+
+
 def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buckets=BUCKETS,
            log: Callable[[str], None] = print, on_bucket: Callable | None = None,
            rejected: dict[str, str] | None = None
            ) -> tuple[dict[int, tuple[int, int, float]], list[Measurement]]:
-    """Per bucket: coordinate search (best GEMM1 with the fallback GEMM2, then best GEMM2 with it),
+    """Per bucket: coordinate search (best GEMM1 beside the heuristic's GEMM2, or the next
+    GEMM2 that runs, then best GEMM2 with it),
     then a confirmation round over the best CONFIRM_TOP of each, every pairing timed CONFIRM_ROUNDS
     more times, the lowest median pair winning (a pair failing any timing is out).  A kernel in
     `rejected` (name: reason) is never timed: it scores infinity with its reason.
@@ -112,26 +127,41 @@ def search(kernels: list[KernelConfig], spec: ModelSpec, profiler: Profiler, buc
     names = [k.name for k in kernels]
     rejected = rejected or {}
     choices, measurements = {}, []
+    buckets = sorted(set(buckets))  # a tune cut short keeps the small buckets, which decode serves
     for bi, tokens in enumerate(buckets):
         rows = rows_per_expert(spec, tokens)
-        base1, base2 = heuristic_choice(kernels, spec, tokens)
         best, ranked = {}, {}
-        for gemm, fixed in (("gemm1", base2), ("gemm2", None)):
+
+        def stage(gemm: str, partner: int | None) -> list[tuple[float, int]]:
             cands = [i for i, k in enumerate(kernels) if k.gemm == gemm]
-            timed = [i for i in cands if pruned(kernels[i], rows) is None] or cands
             results = []
-            for i in timed:
-                g1, g2 = (i, fixed) if gemm == "gemm1" else (best["gemm1"][0], i)
+            for i in [i for i in cands if pruned(kernels[i], rows) is None] or cands:
+                g1, g2 = (i, partner) if gemm == "gemm1" else (best["gemm1"][0], i)
                 if names[i] in rejected:
                     m = Measurement(tokens, names[g1], names[g2], math.inf, rejected[names[i]], stage=gemm)
                 else:
                     m = _timed(profiler, tokens, g1, g2, names, gemm)
                 measurements.append(m)
                 results.append((m.us, i))
+            return results
+
+        for gemm in ("gemm1", "gemm2"):
+            if gemm == "gemm1":  # GEMM1 is timed beside one GEMM2: the heuristic's, else the next that runs
+                order = _gemm2_partners(kernels, spec, tokens, rows)
+                partners = [i for i in order if names[i] not in rejected]
+                if not partners:
+                    raise TuneError(f"T={tokens}: every gemm2 candidate is rejected; first reason: "
+                                    f"{rejected[names[order[0]]]}")
+                for partner in partners[:PARTNER_TRIES]:
+                    results = stage(gemm, partner)
+                    if any(math.isfinite(us) for us, _ in results):
+                        break
+            else:
+                results = stage(gemm, None)
             us, i = min(results)
             if not math.isfinite(us):
                 raise TuneError(f"T={tokens}: every {gemm} candidate failed; first reason: "
-                                f"{next(m.reason for m in measurements if m.tokens == tokens)}")
+                                f"{next(m.reason for m in measurements if m.tokens == tokens and m.stage == gemm)}")
             best[gemm] = (i, us)
             ranked[gemm] = [i for us, i in sorted(results) if math.isfinite(us)][:CONFIRM_TOP]
         times = {(best["gemm1"][0], best["gemm2"][0]): [best["gemm2"][1]]}
@@ -294,7 +324,11 @@ def resumable_table(path: Path, kernel_names: list[str], contribution: bool = Fa
         return None, ""
     try:
         table = read_table(path)
+    except NewerTableError as e:
+        raise TuneError(f"{e}; not replacing it") from None
     except DispatchError as e:
+        if contribution:  # a shipped table is the project's work: fix or move it, never overwrite it
+            raise TuneError(f"{e}; not replacing a table under --table-root: fix or move it first") from None
         return None, f"replacing it: {e}"
     if contribution:
         return table, f"adding the tuned buckets to {path} (its other buckets keep their picks)"

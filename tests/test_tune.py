@@ -127,6 +127,54 @@ def test_all_failing_raises():
         tune.search(KERNELS, SPEC, broken, buckets=(8,), log=lambda m: None)
 
 
+def test_a_broken_fallback_gemm2_does_not_stop_the_tune():
+    """GEMM1 is timed beside the heuristic's GEMM2: if that one kernel fails, the next GEMM2 stands in."""
+    broken2 = heuristic_choice(KERNELS, SPEC, 8)[1]
+
+    def profiler(tokens, g1, g2):
+        if g2 == broken2:
+            raise RuntimeError("launch failed: misaligned address")
+        return fake_time(tokens, g1, g2)
+
+    choices, measurements = tune.search(KERNELS, SPEC, profiler, buckets=(8,), log=lambda m: None)
+    assert choices[8][1] != broken2 and math.isfinite(choices[8][2])
+    partners = {m.gemm2 for m in measurements if m.stage == "gemm1"}
+    assert NAMES[broken2] in partners and len(partners) == 2
+    # a rejected (spilling) fallback GEMM2 is never timed, not even as GEMM1's partner
+    timed = []
+    tune.search(KERNELS, SPEC, lambda t, a, b: timed.append(b) or fake_time(t, a, b), buckets=(8,),
+                log=lambda m: None, rejected={NAMES[broken2]: "ptxas spilled 8 bytes"})
+    assert timed and broken2 not in timed
+
+
+def test_every_gemm2_failing_names_a_gemm2_reason():
+    n1, calls = len(_true_best(8, "gemm1")), []
+
+    def profiler(tokens, g1, g2):  # the GEMM1 stage runs; every GEMM2 timed after it fails
+        calls.append(g2)
+        if len(calls) > n1:
+            raise RuntimeError("verification failed: NaN in the output")
+        return fake_time(tokens, g1, g2)
+
+    with pytest.raises(tune.TuneError, match="every gemm2 candidate failed; first reason: RuntimeError: "
+                                             "verification failed: NaN"):
+        tune.search(KERNELS, SPEC, profiler, buckets=(8,), log=lambda m: None)
+
+
+def test_non_positive_times_score_infinity():
+    choices, measurements = tune.search(KERNELS, SPEC, lambda t, a, b: -1.0 if a == 0 else fake_time(t, a, b),
+                                        buckets=(1,), log=lambda m: None)
+    assert choices[1][0] != 0
+    assert any(m.gemm1 == NAMES[0] and math.isinf(m.us) and "expected a positive time" in m.reason
+               for m in measurements)
+
+
+def test_buckets_are_tuned_in_order_once():
+    seen = []
+    choices, _ = tune.search(KERNELS, SPEC, fake_time, buckets=(4096, 1, 4096), log=seen.append)
+    assert list(choices) == [1, 4096] and "T=1:" in seen[0]
+
+
 def test_pruning_rules_are_live():
     big = [k for k in KERNELS if k.block_n == 256][0]
     small = [k for k in KERNELS if k.block_n == 8][0]
@@ -311,6 +359,42 @@ def test_partial_table_leaves_token_counts_beyond_its_last_bucket_to_the_heurist
     tune.save_table(tmp_path, table)
     found, _ = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=tmp_path, shipped_root=tmp_path / "none")
     assert found.choose(17) == found.choose(16)
+
+
+def test_beyond_a_partial_user_table_the_shipped_table_answers(tmp_path):
+    user, shipped = tmp_path / "user", tmp_path / "shipped"
+    whole, _, _ = _table(buckets=(1, 4096))
+    tune.save_table(shipped, whole)
+    cut, _, _ = _table(buckets=(1, 16))
+    cut["buckets"][0]["gemm1"] = NAMES[0]  # tell the two tables apart
+    cut["tuned_with"]["partial"] = True
+    tune.save_table(user, cut)
+    found, notes = find_dispatch("sm90", GPU, PROBLEM, NAMES, user_root=user, shipped_root=shipped)
+    shipped_pick = {b["tokens"]: (NAMES.index(b["gemm1"]), NAMES.index(b["gemm2"])) for b in whole["buckets"]}
+    assert found.source.startswith(str(user)) and found.choose(1)[0] == 0
+    assert found.choose(17) == found.choose(100000) == shipped_pick[4096] and notes == []
+    # another GPU's table stands in with a note that says for which T
+    h100 = GpuInfo("NVIDIA H100 80GB HBM3", 132, "580.159.04", "13.0")
+    tune.save_table(user, dict(cut, gpu={"name": h100.name, "sm_count": 132}))
+    found, notes = find_dispatch("sm90", h100, PROBLEM, NAMES, user_root=user, shipped_root=shipped)
+    assert found.choose(17) == shipped_pick[4096] and "beyond T = 16, the last bucket of the partial table" in notes[0]
+
+
+def test_tables_of_a_newer_schema_or_with_a_bucket_twice_are_refused(tmp_path):
+    table, _, _ = _table(buckets=(1, 16))
+    path = tune.save_table(tmp_path, table)
+    path.write_text(json.dumps(dict(table, buckets=table["buckets"] + table["buckets"][:1])))
+    with pytest.raises(dispatch.DispatchError, match="two buckets for tokens = 1"):
+        dispatch.read_table(path)
+    path.write_text(json.dumps(dict(table, schema=dispatch.TABLE_SCHEMA + 1)))
+    with pytest.raises(dispatch.NewerTableError, match="written by a newer moegen.*upgrade moegen"):
+        dispatch.read_table(path)
+    for contribution in (False, True):  # a tune never overwrites newer work
+        with pytest.raises(tune.TuneError, match="not replacing it"):
+            tune.resumable_table(path, NAMES, contribution=contribution)
+    path.write_text("{")  # a contribution is the project's table: fixed or moved by hand, never replaced
+    with pytest.raises(tune.TuneError, match="not valid JSON.*fix or move it first"):
+        tune.resumable_table(path, NAMES, contribution=True)
 
 
 def test_default_build_of_a_partial_table_adds_the_fallback_kernels(tmp_path):

@@ -144,8 +144,10 @@ class Checkpoint:
     def has(self, name: str) -> bool:
         return name in self.files
 
-    def slice(self, name: str, shape: tuple, dtypes: tuple, index=None) -> torch.Tensor:
-        """Tensor `name` (checked: shape and dtype), or the part `index` selects, read lazily."""
+    def slice(self, name: str, shape: tuple, dtypes: tuple, index=None, e8m0: bool = False) -> torch.Tensor:
+        """Tensor `name` (checked: shape and dtype), or the part `index` selects, read lazily.  Float
+        values must be finite, and e8m0 scales (`e8m0`) not the NaN code: either would turn every
+        token routed to that expert into NaN.  Errors give the element's index in the whole tensor."""
         if name not in self.files:
             raise CheckpointError(f"{self.dir}: no tensor {name!r} (expected {_dtype_names(dtypes)} {tuple(shape)})")
         path = self.files[name]
@@ -160,9 +162,19 @@ class Checkpoint:
             raise CheckpointError(f"{path}: tensor {name!r} is {got_dtype} {got_shape}, expected "
                                   f"{_dtype_names(dtypes)} {tuple(shape)}")
         try:
-            return part[index] if index is not None else part[:]
+            t = part[index] if index is not None else part[:]
         except Exception as e:  # noqa: BLE001 - a truncated or damaged file
             raise CheckpointError(f"{path}: cannot read tensor {name!r} ({shown(' '.join(str(e).split()))})") from None
+        starts = [0 if i.start is None else i.start for i in (index or ())] + [0] * (t.dim() - len(index or ()))
+        if t.dtype in (torch.bfloat16, torch.float16, torch.float32) and not bool(torch.isfinite(t).all()):
+            at = [a + b for a, b in zip((~torch.isfinite(t)).nonzero()[0].tolist(), starts)]
+            raise CheckpointError(f"{path}: tensor {name!r} holds {t[tuple(a - b for a, b in zip(at, starts))].item()} "
+                                  f"at {at}, expected finite values")
+        if e8m0 and bool((t.view(torch.uint8) == 255).any()):  # e8m0's one NaN code
+            at = [a + b for a, b in zip((t.view(torch.uint8) == 255).nonzero()[0].tolist(), starts)]
+            raise CheckpointError(f"{path}: tensor {name!r} holds the e8m0 scale 255 (NaN) at {at}, expected "
+                                  "finite scales")
+        return t
 
 
 def _dtype_names(dtypes: tuple) -> str:
@@ -202,18 +214,18 @@ def _described_layer(path: Path, config: dict, spec: ModelSpec, model_type: str)
                 raise CheckpointError(f"{path}: {where}, but spec {spec.name} has {name} = {shown(expected)}")
 
 
-def _int_field(path: Path, config: dict, key: str) -> int | None:
+def _int_field(path: Path, config: dict, key: str, minimum: int = 0) -> int | None:
     v = config.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise CheckpointError(f"{path}: field '{key}' = {shown(v)}, expected an integer")
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise CheckpointError(f"{path}: field '{key}' = {shown(v)}, expected an integer >= {minimum}")
     return v
 
 
 def _check_layer(path: Path, config: dict, model_type: str, layer: int) -> None:
     """layer must be one of the model's MoE layers, where config.json says which those are."""
-    layers = _int_field(path, config, "num_hidden_layers")
+    layers = _int_field(path, config, "num_hidden_layers", 1)
     if model_type in DEEPSEEK_V3_LAYER + ("deepseek_v4",) and layers is not None:
         layers += _int_field(path, config, "num_nextn_predict_layers") or 0  # the MTP layers follow, MoE too
     if layers is not None and layer >= layers:
@@ -221,14 +233,14 @@ def _check_layer(path: Path, config: dict, model_type: str, layer: int) -> None:
                               "for the DeepSeek-style layers, 'num_nextn_predict_layers')")
     if model_type in DEEPSEEK_V3_LAYER + ("deepseek_v4",):
         dense = _int_field(path, config, "first_k_dense_replace") or 0
-        every = _int_field(path, config, "moe_layer_freq") or 1
+        every = _int_field(path, config, "moe_layer_freq", 1) or 1
         if layer < dense or layer % every:
             raise CheckpointError(f"layer: {layer} is a dense MLP, expected a MoE layer: >= {dense} and a multiple of "
                                   f"{every} ({path}: fields 'first_k_dense_replace', 'moe_layer_freq')")
     if model_type == "qwen3_moe":
-        step = _int_field(path, config, "decoder_sparse_step") or 1
+        step = _int_field(path, config, "decoder_sparse_step", 1) or 1
         dense = config.get("mlp_only_layers") or []
-        if not isinstance(dense, list):
+        if not isinstance(dense, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in dense):
             raise CheckpointError(f"{path}: field 'mlp_only_layers' = {shown(dense)}, expected a list of layer indices")
         if layer in dense or (layer + 1) % step:
             raise CheckpointError(f"layer: {layer} is a dense MLP ({path}: fields 'mlp_only_layers' = {shown(dense)}, "
@@ -245,8 +257,11 @@ def _float_format(path: Path, config: dict, model_type: str) -> str:
             raise CheckpointError(f"{path}: field 'expert_dtype' = {shown(dtype)}, expected 'fp4' (moegen reads "
                                   "DeepSeek-V4's MXFP4 experts)")
         return MXFP4
-    if model_type == "gpt_oss":
-        return MXFP4  # its quantization_config (mxfp4) is hf_config's to check
+    if model_type == "gpt_oss":  # hf_config refuses a quant_method other than mxfp4
+        if not quant:
+            raise CheckpointError(f"{path}: field 'quantization_config' = {shown(quant)}, expected gpt-oss's mxfp4 "
+                                  "release (moegen reads its MXFP4 experts, not a bf16 conversion)")
+        return MXFP4
     if quant is None:
         return BF16
     q = quant if isinstance(quant, dict) else {}
@@ -275,11 +290,13 @@ def _gpt_oss(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stored: 
     # gate/up rows interleaved: columns c0:c1 are rows 2 c0 .. 2 c1, contiguous
     rows = slice(2 * c0, 2 * c1)
     w13 = ck.slice(f"{p}.experts.gate_up_proj_blocks", (E, 2 * I, H // 32, 16), ("U8",), (slice(e0, e1), rows))
-    s13 = ck.slice(f"{p}.experts.gate_up_proj_scales", (E, 2 * I, H // 32), ("U8",), (slice(e0, e1), rows))
+    s13 = ck.slice(f"{p}.experts.gate_up_proj_scales", (E, 2 * I, H // 32), ("U8",), (slice(e0, e1), rows),
+                   e8m0=True)
     b13 = ck.slice(f"{p}.experts.gate_up_proj_bias", (E, 2 * I), ("BF16", "F32"), (slice(e0, e1), rows))
     k = slice(c0 // 32, c1 // 32)
     w2 = ck.slice(f"{p}.experts.down_proj_blocks", (E, H, I // 32, 16), ("U8",), (slice(e0, e1), slice(None), k))
-    s2 = ck.slice(f"{p}.experts.down_proj_scales", (E, H, I // 32), ("U8",), (slice(e0, e1), slice(None), k))
+    s2 = ck.slice(f"{p}.experts.down_proj_scales", (E, H, I // 32), ("U8",), (slice(e0, e1), slice(None), k),
+                  e8m0=True)
     b2 = ck.slice(f"{p}.experts.down_proj_bias", (E, H), ("BF16", "F32"), (slice(e0, e1),)).float()
     El = e1 - e0
 
@@ -307,18 +324,24 @@ def _deepseek_v4(ck: Checkpoint, spec: ModelSpec, layer: int, tp_rank: int, stor
             gate_up.append((_bytes(ck.slice(f"{p}.experts.{j}.{proj}.weight", (I, H // 2), ("I8", "U8"),
                                             (slice(c0, c1),))),
                             _bytes(ck.slice(f"{p}.experts.{j}.{proj}.scale", (I, H // 32), ("F8_E8M0", "U8"),
-                                            (slice(c0, c1),)))))
+                                            (slice(c0, c1),), e8m0=True))))
         w13.append(torch.cat([_padded(g[0], 0, Il) for g in gate_up]))
         s13.append(torch.cat([_padded(g[1], 0, Il) for g in gate_up]))
         w2.append(_padded(_bytes(ck.slice(f"{p}.experts.{j}.w2.weight", (H, I // 2), ("I8", "U8"),
                                           (slice(None), slice(c0 // 2, c1 // 2)))), 1, Il // 2))
         s2.append(_padded(_bytes(ck.slice(f"{p}.experts.{j}.w2.scale", (H, I // 32), ("F8_E8M0", "U8"),
-                                          (slice(None), slice(c0 // 32, c1 // 32)))), 1, Il // 32))
+                                          (slice(None), slice(c0 // 32, c1 // 32)), e8m0=True)), 1, Il // 32))
     raw = RawExperts(torch.stack(w13), torch.stack(s13), torch.stack(w2), torch.stack(s2), None, None)
     router = dict(router_weight=ck.slice(f"{p}.gate.weight", (E, H), ("BF16", "F32")))
     if layer < spec.router.hash_layers:
-        router["tid2eid"] = ck.slice(f"{p}.gate.tid2eid", (_rows(ck, f"{p}.gate.tid2eid"), spec.top_k),
-                                     ("I32", "I64")).to(torch.int32)
+        name = f"{p}.gate.tid2eid"
+        table = ck.slice(name, (_rows(ck, name), spec.top_k), ("I32", "I64"))
+        outside = (table < 0) | (table >= E)
+        if bool(outside.any()):  # hash_route would drop those slots: tokens with fewer experts, silently
+            at = outside.nonzero()[0].tolist()
+            raise CheckpointError(f"{ck.files[name]}: tensor {name!r} holds expert {table[tuple(at)].item()} at {at}, "
+                                  f"expected 0..{E - 1}")
+        router["tid2eid"] = table.to(torch.int32)
     else:
         router["score_bias"] = ck.slice(f"{p}.gate.bias", (E,), ("F32", "BF16")).float()
     return raw, router
@@ -329,10 +352,14 @@ def _rows(ck: Checkpoint, name: str) -> int:
     if not ck.has(name):
         raise CheckpointError(f"{ck.dir}: no tensor {name!r} (a hash-routed layer's token-id table)")
     try:
-        return ck._open(ck.files[name]).get_slice(name).get_shape()[0]
+        shape = ck._open(ck.files[name]).get_slice(name).get_shape()
     except Exception:  # noqa: BLE001 - safetensors raises its own error type
         raise CheckpointError(f"{ck.files[name]}: no tensor {name!r}, though the index places it in this file "
                               "(a hash-routed layer's token-id table)") from None
+    if len(shape) != 2:
+        raise CheckpointError(f"{ck.files[name]}: tensor {name!r} has shape {tuple(shape)}, expected [vocabulary, "
+                              "top_k] (a hash-routed layer's token-id table)")
+    return shape[0]
 
 
 def _dequant_fp8_block(w: torch.Tensor, scale_inv: torch.Tensor, r0: int, c0: int) -> torch.Tensor:
@@ -432,6 +459,11 @@ def load_raw_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp
         device = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"device: {shown(device)}, expected a torch device ({' '.join(str(e).split())})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise CheckpointError(f"device: {shown(str(device))}, expected cpu or one of the {count} CUDA devices "
+                                  "PyTorch sees")
     ck = Checkpoint(checkpoint_dir)
     path = ck.dir / "config.json"
     config = ck.config() if model_type is None or path.is_file() else {}
@@ -452,7 +484,10 @@ def load_experts(checkpoint_dir: str | Path, spec: ModelSpec, layer: int, tp_ran
                  model_type: str | None = None) -> LayerWeights:
     """MoE layer `layer` of a model directory: this rank's experts (the spec's EP range, TP slice
     `tp_rank` of its tp_size) prepared in `layout` on `device`, and the router's tensors there too."""
-    from .prepare import prepare
+    from .prepare import PACKERS, prepare
+    if not isinstance(layout, str) or layout not in PACKERS:  # before the load, which can take minutes
+        raise CheckpointError(f"layout: {shown(layout)}, expected one of {', '.join(PACKERS)} (MoeLayer.weight_layout "
+                              "names the one a library reads)")
     raw, router = load_raw_experts(checkpoint_dir, spec, layer, tp_rank, model_type, device)
     dev = torch.device(device)
     prepared = prepare(spec, raw.w13.to(dev), raw.s13.to(dev), raw.w2.to(dev), raw.s2.to(dev),

@@ -106,6 +106,12 @@ def _padded(length: int | None, hidden: torch.Tensor, ids: torch.Tensor, weights
             torch.cat((weights, weights.new_zeros((pad, weights.shape[1])))))
 
 
+def _described(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    return f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')} on {t.device}"
+
+
 class DistributedMoe:
     def __init__(self, spec: ModelSpec, experts: Experts, groups: Groups, mode: str = "allgather"):
         if mode not in MODES:
@@ -129,7 +135,14 @@ class DistributedMoe:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
-        T = hidden.shape[0]
+        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2 or hidden.shape[1] != self.spec.hidden_size:
+            raise ValueError(f"hidden: {_described(hidden)}, expected a [T, {self.spec.hidden_size}] tensor")
+        T, k = hidden.shape[0], self.spec.top_k
+        # host-side checks only (no sync): fewer id rows than tokens would leave the last tokens' output zero
+        for name, t, kind, ok in (("topk_ids", topk_ids, "int32 or int64", lambda t: t.dtype in (torch.int32, torch.int64)),
+                                  ("topk_weights", topk_weights, "float", lambda t: t.is_floating_point())):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (T, k) or not ok(t) or t.device != hidden.device:
+                raise ValueError(f"{name}: {_described(t)}, expected [{T}, {k}] {kind} on {hidden.device}")
         if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < T):
             raise ValueError(f"pad_to = {pad_to!r}: expected an integer >= this rank's {T} tokens")
         if mode == "allgather":

@@ -66,12 +66,16 @@ def _deepseek_v3(c: _Config, router_in_config: bool = True) -> dict:
     c.one_of("scoring_func", ("sigmoid",), ... if router_in_config else "sigmoid")
     c.one_of("topk_method", ("noaux_tc",), ... if router_in_config else "noaux_tc")
     c.one_of("hidden_act", ("silu",), "silu")
+    # The grouping and scaling fields are required of the DeepSeek-V3 types, whose modelling code
+    # defaults them (8, 4, 2.5) otherwise than GLM-4.5's (1, 1, 1.0): every published config writes them.
+    required = ... if router_in_config else None
     return dict(num_experts=c.get("n_routed_experts", int), hidden_size=c.get("hidden_size", int),
                 intermediate_size=c.get("moe_intermediate_size", int),
                 router=dict(kind="sigmoid_group_topk", top_k=c.get("num_experts_per_tok", int),
-                            n_group=c.get("n_group", int, 1), topk_group=c.get("topk_group", int, 1),
+                            n_group=c.get("n_group", int, required or 1),
+                            topk_group=c.get("topk_group", int, required or 1),
                             group_score="top2_sum", score_bias=True, renormalize=c.get("norm_topk_prob", bool, True),
-                            routed_scaling_factor=c.get("routed_scaling_factor", (int, float), 1.0)),
+                            routed_scaling_factor=c.get("routed_scaling_factor", (int, float), required or 1.0)),
                 activation=dict(kind="swiglu"))
 
 
@@ -100,7 +104,10 @@ def _minimax_m2(c: _Config) -> dict:
 
 
 def _gpt_oss(c: _Config) -> dict:
-    top_k = c.get("num_experts_per_tok", int, None)
+    top_k, also = c.get("num_experts_per_tok", int, None), c.get("experts_per_token", int, None)
+    if top_k is not None and also is not None and top_k != also:
+        raise SpecError(f"{c.source}: field 'experts_per_token' = {also}, but 'num_experts_per_tok' = {top_k}: "
+                        "expected one top-k")
     top_k = c.get("experts_per_token", int) if top_k is None else top_k
     quant = c.get("quantization_config", dict, {})
     if quant and quant.get("quant_method") != "mxfp4":

@@ -269,7 +269,7 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
     """
     if not isinstance(spec, ModelSpec):
         raise ValueError(f"spec: {type(spec).__name__}, expected a moegen ModelSpec (moegen.load_model)")
-    if layout not in PACKERS:
+    if not isinstance(layout, str) or layout not in PACKERS:
         raise ValueError(f"layout {layout!r}: expected one of {', '.join(PACKERS)} (the layouts prepare packs)")
     E, H, I = spec.local_experts, spec.hidden_size, spec.local_intermediate
     if gate_up_order not in GATE_UP_ORDERS:
@@ -284,10 +284,20 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
         if not want and t is not None:
             raise ValueError(f"{name}: given, but {spec.name} has no such bias")
         if t is not None:
-            if not t.is_floating_point():
-                raise ValueError(f"{name}: dtype {t.dtype}, expected a float dtype")
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                raise ValueError(f"{name}: {getattr(t, 'dtype', type(t).__name__)}, expected a float tensor")
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
+            if not bool(torch.isfinite(t).all()):
+                bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+                raise ValueError(f"{name}: {t[tuple(bad)].item()} at [expert, row] = {bad}, expected finite biases")
+    tensors = {"w13": w13, "w13_scales": w13_scales, "w2": w2, "w2_scales": w2_scales, "b13": b13, "b2": b2}
+    odd = next((n for n, t in tensors.items() if t is not None and t.device != w13.device), None)
+    if odd is not None:
+        raise ValueError(f"{odd}: on {tensors[odd].device}, expected w13's device {w13.device} (prepare packs on one device)")
+    # in the caller's [expert, row, group] order, before any interleave or padding moves them
+    _check_scales(w13_scales, "w13_scales")
+    _check_scales(w2_scales, "w2_scales")
 
     pack = PACKERS[layout]
     g1 = pack(to_gate_up(_unpack(w13), gate_up_order, I), to_gate_up(w13_scales, gate_up_order, I), "w13_scales",

@@ -3,6 +3,7 @@ dtypes, shapes, gate/up order, scale storage, a sharded index), loaded for EP an
 bit for bit with an independent slicing of the same weights; and every bad checkpoint is a one-line
 error naming the tensor."""
 import json
+import re
 
 import pytest
 import torch
@@ -405,7 +406,9 @@ def test_non_finite_float_experts_are_named(tmp_path, fp8):
         bad[3, 5] = float("nan")
     file = next(tmp_path.glob("*.safetensors"))
     save_file({k: (bad if k == name else v).contiguous() for k, v in tensors.items()}, str(file))
-    with pytest.raises(CheckpointError, match=f"{file.name}: tensor '{name}' holds NaN or inf"):
+    # bf16 at the read, with its place in the whole tensor; FP8 after its block scales
+    why = "NaN or inf" if fp8 else r"nan at \[3, 5\], expected finite values"
+    with pytest.raises(CheckpointError, match=f"{file.name}: tensor '{name}' holds {why}"):
         load_raw_experts(tmp_path, spec, LAYER)
 
 
@@ -540,3 +543,71 @@ def test_a_bad_device_is_a_one_line_error(tmp_path):
     spec, _, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=1)
     with pytest.raises(CheckpointError, match="device: 'gpu0', expected a torch device"):
         load_raw_experts(tmp_path, spec, LAYER, device="gpu0")
+
+
+def _resave(tmp_path, tensors):
+    for f in tmp_path.glob("*.safetensors"):
+        f.unlink()
+    (tmp_path / "model.safetensors.index.json").unlink(missing_ok=True)
+    save_file({k: v.contiguous().clone() for k, v in tensors.items()}, str(tmp_path / "model.safetensors"))
+
+
+@pytest.mark.parametrize("tensor, at, value, message", [
+    ("experts.gate_up_proj_bias", (2, 5), float("nan"), r"holds nan at \[2, 5\], expected finite values"),
+    ("experts.down_proj_bias", (1, 0), float("inf"), r"holds inf at \[1, 0\], expected finite values"),
+    ("router.weight", (0, 0), float("nan"), r"holds nan at \[0, 0\], expected finite values"),
+    ("experts.gate_up_proj_scales", (5, 17, 1), 255, r"holds the e8m0 scale 255 \(NaN\) at \[5, 17, 1\]"),
+    ("experts.down_proj_scales", (6, 3, 0), 255, r"holds the e8m0 scale 255 \(NaN\) at \[6, 3, 0\]"),
+])
+def test_non_finite_biases_routers_and_scales_are_named_where_the_checkpoint_has_them(tmp_path, tensor, at, value,
+                                                                                       message):
+    """NaN in a bias, a router or a scale would make every token routed there NaN: named in the
+    checkpoint's own indices (expert 5 and 6 are EP rank 1's of two)."""
+    spec, tensors, _ = write_checkpoint(tmp_path, "gpt_oss", shards=1)
+    name = f"model.layers.{LAYER}.mlp.{tensor}"
+    tensors[name] = tensors[name].clone()
+    tensors[name][at] = value
+    _resave(tmp_path, tensors)
+    rank = spec.with_parallel(ep_size=2, ep_rank=1) if "scales" in tensor else spec
+    with pytest.raises(CheckpointError, match=f"model.safetensors: tensor '{re.escape(name)}' {message}"):
+        load_raw_experts(tmp_path, rank, LAYER)
+
+
+def test_a_hash_table_naming_experts_outside_the_layer_is_refused(tmp_path):
+    spec, tensors, _ = write_checkpoint(tmp_path, "deepseek_v4", shards=1)
+    name = "layers.0.ffn.gate.tid2eid"
+    extra = {k.replace(f"layers.{LAYER}.", "layers.0."): v for k, v in tensors.items()
+             if k.startswith(f"layers.{LAYER}.ffn.experts") or k.endswith("gate.weight")}
+    table = tensors[name].clone()
+    table[7, 1] = spec.num_experts
+    _resave(tmp_path, {**tensors, **extra, name: table})
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}' holds expert {spec.num_experts} at \[7, 1\], "
+                                              rf"expected 0..{spec.num_experts - 1}"):
+        load_raw_experts(tmp_path, spec, 0)
+    _resave(tmp_path, {**tensors, **extra, name: torch.tensor(3, dtype=torch.int32)})
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}' has shape \(\), expected \[vocabulary, top_k\]"):
+        load_raw_experts(tmp_path, spec, 0)
+
+
+def test_a_bad_layout_or_device_is_refused_before_the_load(tmp_path, monkeypatch):
+    spec, _, _ = write_checkpoint(tmp_path, "qwen3_moe", shards=1)
+    monkeypatch.setattr("moegen.checkpoint.quantize", lambda w: pytest.fail("the load ran"))
+    with pytest.raises(CheckpointError, match="layout: 'sm90_e2m1_atom46', expected one of sm90_e2m1_atom64"):
+        load_experts(tmp_path, spec, LAYER, layout="sm90_e2m1_atom46")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(CheckpointError, match=f"device: 'cuda:{count}', expected cpu or one of the {count} CUDA"):
+        load_raw_experts(tmp_path, spec, LAYER, device=f"cuda:{count}")
+
+
+@pytest.mark.parametrize("model_type, changes, message", [
+    ("qwen3_moe", dict(num_hidden_layers=0), "field 'num_hidden_layers' = 0, expected an integer >= 1"),
+    ("qwen3_moe", dict(decoder_sparse_step=0), "field 'decoder_sparse_step' = 0, expected an integer >= 1"),
+    ("qwen3_moe", dict(mlp_only_layers=["1"]), r"field 'mlp_only_layers' = \['1'\], expected a list of layer"),
+    ("deepseek_v3", dict(moe_layer_freq=0), "field 'moe_layer_freq' = 0, expected an integer >= 1"),
+    ("gpt_oss", dict(quantization_config=None), "field 'quantization_config' = None, expected gpt-oss's mxfp4"),
+])
+def test_config_fields_that_say_which_layers_are_moe_or_how_experts_are_stored_are_checked(tmp_path, model_type, changes, message):
+    spec, _, _ = write_checkpoint(tmp_path, model_type, shards=1)
+    _edit_config(tmp_path, **changes)
+    with pytest.raises(CheckpointError, match=message):
+        load_raw_experts(tmp_path, spec, LAYER)

@@ -153,6 +153,15 @@ def test_rank_spec_and_bad_modes():
     for bad in (4, -1, 5.0, True):  # checked before any collective
         with pytest.raises(ValueError, match=rf"pad_to = {bad!r}: expected an integer >= this rank's 5 tokens"):
             layer(x, ids, weights, pad_to=bad)
+    # routing that does not match the tokens would leave some tokens' output zero: refused up front
+    with pytest.raises(ValueError, match=rf"topk_ids: \[4, {SPEC.top_k}\] int32 on cpu, expected \[5, {SPEC.top_k}\]"):
+        layer(x, ids[:4], weights)
+    with pytest.raises(ValueError, match="topk_ids: .* float32 on cpu, expected .* int32 or int64"):
+        layer(x, ids.float(), weights)
+    with pytest.raises(ValueError, match="topk_weights: list, expected"):
+        layer(x, ids, weights.tolist())
+    with pytest.raises(ValueError, match=rf"hidden: \[5, 3\] float32 on cpu, expected a \[T, {SPEC.hidden_size}\]"):
+        layer(x[:, :3], ids, weights)
 
 
 @pytest.mark.parametrize("T", [0, 1, 5])

@@ -141,6 +141,9 @@ def test_a_model_with_a_shipped_models_layer_gets_its_table():
     ("minimax_m2", dict(shared_intermediate_size=1536), "field 'shared_intermediate_size' = 1536: expected 0 or absent"),
     ("minimax_m2", dict(scoring_func="softmax"), "field 'scoring_func' = 'softmax': expected one of 'sigmoid'"),
     ("minimax_m2", dict(num_local_experts=None), "field 'num_local_experts' = None: expected an integer"),
+    # DeepSeek-V3's modelling code defaults these otherwise than GLM-4.5's: required, never guessed
+    ("kimi_k2", dict(n_group=None), "field 'n_group' = None: expected an integer (field is required)"),
+    ("deepseek_v32", dict(routed_scaling_factor=None), "field 'routed_scaling_factor' = None: expected"),
 ])
 def test_bad_configs_of_those_models(tmp_path, model_type, change, message):
     name = {"glm4_moe": "glm-4.6", "kimi_k2": "kimi-k2-instruct", "deepseek_v32": "deepseek-v3.2",
@@ -154,3 +157,12 @@ def test_bad_configs_of_those_models(tmp_path, model_type, change, message):
     with pytest.raises(SpecError) as excinfo:
         spec_from_config(path, "x")
     assert message in str(excinfo.value) and str(path) in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_gpt_oss_with_two_different_top_ks_is_refused(tmp_path):
+    config = json.loads((CONFIGS / "gpt-oss-120b.json").read_text())
+    config.update(num_experts_per_tok=4, experts_per_token=2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SpecError, match="field 'experts_per_token' = 2, but 'num_experts_per_tok' = 4: expected one"):
+        spec_from_config(path, "x")

@@ -155,3 +155,19 @@ def test_errors_name_the_tensor():
         prepare(spec, w13, s13, w2, s2, b13=torch.zeros(2, 64))
     with pytest.raises(ValueError, match="gate_up_order 'gate-up'"):
         prepare(spec, w13, s13, w2, s2, gate_up_order="gate-up")
+    # a NaN scale of w13 named where the caller put it, not after the gate/up interleave
+    bad13 = s13.clone()
+    bad13[1, 40, 1] = 255
+    with pytest.raises(ValueError, match=r"w13_scales: e8m0 scale 255 \(NaN\) at \[expert, row, group\] = \[1, 40, 1\]"):
+        prepare(spec, w13, bad13, w2, s2, gate_up_order="interleaved")
+    with pytest.raises(ValueError, match="w2: on meta, expected w13's device cpu"):
+        prepare(spec, w13, s13, w2.to("meta"), s2)
+    with pytest.raises(ValueError, match="layout \\['sm90'\\]: expected one of"):
+        prepare(spec, w13, s13, w2, s2, layout=["sm90"])
+    biased = tiny_spec(64, 32, bias=True)
+    b13, b2 = torch.zeros(2, 64), torch.zeros(2, 64)
+    with pytest.raises(ValueError, match="b13: list, expected a float tensor"):
+        prepare(biased, w13, s13, w2, s2, b13=[0.0] * 64, b2=b2)
+    b2[1, 7] = float("inf")
+    with pytest.raises(ValueError, match=r"b2: inf at \[expert, row\] = \[1, 7\], expected finite biases"):
+        prepare(biased, w13, s13, w2, s2, b13=b13, b2=b2)

@@ -187,7 +187,9 @@ def find_toolchain() -> Toolchain:
         raise BuildError(f"cuda-python is not installed ({e}); `pip install cuda-python`") from None
     nvcc = find_nvidia_binary_utility("nvcc")
     if not nvcc:
-        raise BuildError("nvcc not found by cuda.pathfinder: install the CUDA toolkit or `pip install -e .[nvcc]`")
+        raise BuildError("nvcc not found by cuda.pathfinder (it reads CUDA_HOME or CUDA_PATH, not PATH): set "
+                         "CUDA_HOME to a CUDA toolkit, or install the `[nvcc]` extra's wheels (with --no-deps on a "
+                         "machine whose torch must stay: moegen pins torch==2.13.0)")
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False, timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as e:

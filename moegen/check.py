@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from .artifact import source_commit
 from .runtime import MoeLayer
 from .testing import (batched_reference, batched_rows, random_inputs, random_weights, reference_output, relative_l2,
                       tolerance)
@@ -71,6 +72,11 @@ def check_library(layer: MoeLayer, tokens: list[int], seed: int | None = None,
     log(f"moegen check: {layer.manifest.variant} ({layer.manifest.arch}, {fmt} activations, {len(layer.kernels)} "
         f"kernels) on {layer.gpu.name}, seed {seed}, tolerance {tolerance(fmt, 1 << 30)}"
         + (f" ({tolerance(fmt, 1):.1e} for one row)" if tolerance(fmt, 1) != tolerance(fmt, 1 << 30) else ""))
+    # what a report from another machine needs to be reproduced
+    tools = layer.manifest.data.get("toolchain", {})
+    log(f"moegen {source_commit()}, built with nvcc {tools.get('nvcc', '?')} and CUTLASS {tools.get('cutlass', '?')}; "
+        f"driver {layer.gpu.driver}, torch {torch.__version__} (CUDA {layer.gpu.cuda}), "
+        f"{layer.gpu.sm_count} SMs")
     w = random_weights(spec, "cuda", seed, layer.weight_layout)
 
     def kernels_of(gemm: str) -> list[int]:

@@ -184,7 +184,14 @@ def _interrupt(signum, frame):
 
 @click.group(cls=_OneLineGroup)
 def main() -> None:
-    """moegen: ahead-of-time compiler for MXFP4 Mixture-of-Experts layers."""
+    """moegen: ahead-of-time compiler for MXFP4 Mixture-of-Experts layers.
+
+    \b
+    First time on a GPU:  moegen build --model deepseek-v4-flash --arch sm90
+                          moegen check --model deepseek-v4-flash
+    On a B200 (SM100 is compile-verified only): build with --arch sm100 --kernels all, run
+    moegen check --model deepseek-v4-flash --arch sm100, and report its output (README, "Blackwell").
+    """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
 

@@ -7,9 +7,10 @@ count, and the GEMM problem, decide the choice; no build fingerprint does, so ta
 order: a user table (``moegen tune`` writes them under ``<out>/dispatch``), a shipped table for this
 GPU, a shipped table of another GPU of the arch for this problem (with a warning), and last the
 documented heuristic over the library's kernels (with a warning).  A driver or CUDA version that
-differs from the tuning machine's warns and still uses the table.
+differs from the tuning machine's warns and still uses the table.  A partial table (a tune cut
+short) hands T beyond its last bucket to the next table in that order.
 
-Ground floor: spec, problem and naming only.
+Ground floor: it imports spec, problem, naming and paths only.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from typing import Callable
 
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey, rows_per_expert
-from .paths import read_small_file
-from .spec import CONFIG_DIR, ModelSpec, shown
+from .paths import CONFIG_DIR, read_small_file
+from .spec import ModelSpec, shown
 
 TABLE_SCHEMA = 2
 SHIPPED_DIR = CONFIG_DIR / "dispatch"

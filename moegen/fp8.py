@@ -10,7 +10,7 @@ d = s - r <= 6 binades from the top folds exactly when d >= EXACT_MIN_D = -8: it
 magnitude 0.5 * 2^d is then >= 2^-9, e4m3's smallest subnormal, and the one mantissa bit of 1.5 and
 3 lands on the subnormal grid (steps of 2^-9).  Deeper groups round to nearest even on that grid:
 at d = -9, 0.5 * 2^-9 flushes to zero and 1.5 * 2^-9 becomes 2^-8; from d = -13 every element is
-zero.  fold_report counts them, so a checkpoint's loss is known before it is served.
+zero.  fold_report counts them for a checkpoint's scales (call it before serving one in W4A8).
 
 The kernels widen with a table: per (row, 32-group) a byte indexes TABLE, whose entry holds the 8
 e4m3 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6) * 2^d of its binade d; a code's 3 magnitude bits pick

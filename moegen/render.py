@@ -69,7 +69,7 @@ def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str
     policy = get_arch(arch, spec.activations)
     kernels = [dict(name=c.name, gemm_index=int(c.gemm[-1]), block_n=c.block_n,
                     expert_progress=_cpp_bool(policy.expert_progress(c))) for c in configs]
-    return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels, launch_params=policy.launch_params,
+    return render("layer.cu.j2", variant=spec.variant, arch=arch, kernels=kernels, launch_fn=policy.launch_fn,
                   num_experts=spec.num_experts, local_experts=spec.local_experts, expert_begin=spec.expert_begin,
                   top_k=r.top_k, hidden=spec.hidden_size, intermediate_local=spec.local_intermediate,
                   router_enum=_ROUTER_ENUM[r.kind], n_group=r.n_group, topk_group=r.topk_group,

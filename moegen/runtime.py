@@ -3,7 +3,7 @@
 The ground floor: it imports the spec, the artifact (manifest, ABI, hashing), dispatch, the weight
 layouts and the C binding, never the build, render or tune modules.
 
-Two PyTorch custom ops, each checking every argument it is given (they are public:
+Five PyTorch custom ops in three entry points, each checking every argument it is given (they are public:
 ``torch.ops.moegen.*``), with no host synchronization and every buffer from PyTorch's allocator, so
 they capture in CUDA graphs and trace under ``torch.compile(fullgraph=True)``:
 
@@ -494,6 +494,9 @@ def load(out_dir: str | Path, spec: ModelSpec | None = None, device: torch.devic
     if list(cap) != capability:
         raise LoadError(f"{mpath}: built for {manifest.arch} (compute capability {tuple(capability)}), but "
                         f"{torch.cuda.get_device_name(dev)} is {cap}; build with the matching --arch")
+    if manifest.arch == "sm100":
+        warn_once("SM100 kernels are compile-verified only: no B200 had run them when this moegen shipped. Run "
+                  "`moegen check --arch sm100` once and report its output (README, 'Blackwell')")
     try:
         library = Library(manifest.library_path)
     except ArtifactError as e:

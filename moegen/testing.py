@@ -3,6 +3,7 @@ the benchmark.  Weights are drawn directly as MXFP4 codes and scales (valid chec
 size without materializing float weights); the reference dequantizes one expert at a time."""
 from __future__ import annotations
 
+from types import MappingProxyType
 import math
 from dataclasses import dataclass
 
@@ -87,7 +88,7 @@ def reference_output(spec: ModelSpec, w: Weights, x: Inputs, ids: torch.Tensor,
 # roundings, then exact arithmetic): fp32 accumulation simulated on the CPU gives 1.6-1.7e-3 at one
 # token (tests/test_reference.py), and the tensor cores' accumulation on a B200 is not yet measured.
 # A layout, scale or synchronization error is O(1).
-TOLERANCE = {"bf16": 5e-3, "mxfp8": 1e-2, "fp8": 1e-2}
+TOLERANCE = MappingProxyType({"bf16": 5e-3, "mxfp8": 1e-2, "fp8": 1e-2})
 # FP8 activations below this many output rows: a row's error is a handful of flipped `h` elements, each a whole e4m3
 # step, and the largest elements of a SwiGLU row hold 15-40 % of its norm, so one row's error is
 # heavy-tailed (H200, one token over 20 draws: DeepSeek-V3 1.8e-3 - 8.8e-3, gpt-oss-20b 1.7e-3 - 1.25e-2;

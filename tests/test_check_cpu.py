@@ -22,8 +22,10 @@ class StandIn:
         # batched_writes_all: None, no batched calls; False, writes the counted rows; True, every row
         self.library = SimpleNamespace(max_tokens_per_expert=0 if batched_writes_all is None else 1 << 20)
         self.batched_writes_all = batched_writes_all
-        self.manifest = SimpleNamespace(activation_format="bf16", variant="qwen3-30b-a3b", arch="sm90")
-        self.gpu, self.weight_layout, self.kernels = SimpleNamespace(name="stand-in"), "sm90_e2m1_atom64", KERNELS
+        self.manifest = SimpleNamespace(activation_format="bf16", variant="qwen3-30b-a3b", arch="sm90",
+                                        data={"toolchain": {"nvcc": "V13.0.88", "cutlass": "4.2.0"}})
+        self.gpu = SimpleNamespace(name="stand-in", driver="580.159.04", cuda="13.0", sm_count=132)
+        self.weight_layout, self.kernels = "sm90_e2m1_atom64", KERNELS
         self.failing, self.first_call_seconds, self.calls = failing, first_call_seconds, []
 
     def choose_kernels(self, T):
@@ -79,6 +81,8 @@ def test_kernels_restricts_the_pairs(on_cpu):
     assert check.check_library(layer, [0, 3], seed=1, log=lines.append, only=["moegen_sm90_gemm1_b"])
     assert set(layer.calls) == {("moegen_sm90_gemm1_b", "moegen_sm90_gemm2_c"), ("moegen_sm90_gemm1_b", "moegen_sm90_gemm2_d")}
     assert lines[-1] == "moegen check: all passed (seed 1)"
+    # the header says what ran, for a report from another machine
+    assert lines[1].startswith("moegen ") and "nvcc V13.0.88 and CUTLASS 4.2.0; driver 580.159.04" in lines[1]
     everything = StandIn()
     assert check.check_library(everything, [3], seed=1, log=lambda m: None)
     assert {c[0] for c in everything.calls} == {"moegen_sm90_gemm1_a", "moegen_sm90_gemm1_b"}

@@ -136,7 +136,7 @@ def test_gemm_source(cfg, epilogue, n, k, n_pad, k_pad):
     assert int(m[9]) == r["step_k"] == 64  # k64 tiles, and one-warpgroup k128 tiles, step 64 deep
     m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue,\s*cute::bfloat16_t, true>", text)
     assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)  # every BF16 tile carries the progress code
-    assert f'extern "C" int {cfg.name}_launch(const moegen::GemmParams* params, int max_work, long rows,' in text
+    assert f'extern "C" moegen::GemmLaunchFn {cfg.name}_launch;' in text  # declared by the header's type
     assert f"arch::{epilogue}<moegen_generated::EpilogueProblem>" in text
     e = constants(text)
     assert (e["kHidden"], e["kInter"], e["kActivation"], e["kAlpha"], e["kLimit"]) == \
@@ -161,8 +161,7 @@ def test_layer_source_kernel_table():
     configs = default_configs(spec, "sm90")
     text = render.layer_source(spec, "sm90", configs)
     for c in configs:
-        assert re.search(rf'extern "C" int {c.name}_launch\(const moegen::GemmParams\*,\s*int,\s*long,\s*cudaStream_t\);',
-                         text)
+        assert f'extern "C" moegen::GemmLaunchFn {c.name}_launch;' in text
         assert re.search(rf'{{"{c.name}",\s*{c.gemm[-1]},\s*{c.block_n},\s*true,\s*'
                          rf'reinterpret_cast<const void\*>\({c.name}_launch\)}},', text)
     # Table order is the config order: the runtime indexes kernels by position.

@@ -30,7 +30,7 @@ class ArchPolicy:
     # KernelConfig -> the template's resource parameters (CTAs per SM, register split)
     launch_resources: Callable[[KernelConfig], dict]
     gemm_template: str  # the GEMM kernel's translation unit (templates/)
-    launch_params: str  # C parameter list of the `<kernel>_launch` functions the GEMM units export
+    launch_fn: str  # the C++ function type of the `<kernel>_launch` functions the GEMM units export
     # (block_m, block_n, block_k, stages[, tile_loop]) worth timing first: `moegen tune --kernels shortlist` times the
     # valid ones, a fraction of the space, for GPUs and problems without a table of their own.
     shortlist: tuple = ()

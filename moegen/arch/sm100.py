@@ -9,6 +9,8 @@ from the shared memory left after the epilogue (StageCountAutoCarveout).
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from ..layout import SM100_BLOCK_SCALED
 from ..naming import KernelConfig
 from .base import ArchPolicy, Rule
@@ -24,7 +26,8 @@ def stage_bytes(c: KernelConfig) -> int:
     return rows_per_cta * c.block_k + c.block_n * c.block_k + (rows_per_cta + c.block_n) * c.block_k // 32
 
 
-AXES = {"block_m": (128, 256), "block_n": (64, 128, 256), "block_k": (128, 256), "stages": (0,), "tile_loop": (False,)}
+AXES = MappingProxyType({"block_m": (128, 256), "block_n": (64, 128, 256), "block_k": (128, 256), "stages": (0,),
+                         "tile_loop": (False,)})
 
 RULES: tuple[Rule, ...] = (
     ("block_k beyond the 128-padded K only loads zeros", lambda c, s: c.block_k <= LAYOUT.padded(0, s.k)[1]),
@@ -34,14 +37,14 @@ RULES: tuple[Rule, ...] = (
      lambda c, s: c.block_m == 128 or c.block_n >= 128),
 )
 
-FALLBACK = {
+FALLBACK = MappingProxyType({
     "decode": [(128, 64, 128, 0)],
     "mid": [(128, 128, 128, 0)],
     "prefill": [(256, 256, 128, 0), (256, 128, 128, 0)],
-}
+})
 SHORTLIST = ((128, 64, 128, 0), (128, 64, 256, 0), (128, 128, 128, 0), (256, 128, 128, 0), (256, 256, 128, 0))
 
 SM100 = ArchPolicy(name="sm100", gencode="-gencode=arch=compute_100a,code=sm_100a", compute_capability=(10, 0),
                    weight_layout=LAYOUT.name, activation_format="mxfp8", axes=AXES, rules=RULES, fallback=FALLBACK,
                    launch_resources=lambda c: {}, gemm_template="sm100_gemm_kernel.cu.j2",
-                   launch_params="const moegen::sm100::GroupedGemmArgs*, cudaStream_t", shortlist=SHORTLIST)
+                   launch_fn="moegen::sm100::GemmLaunchFn", shortlist=SHORTLIST)

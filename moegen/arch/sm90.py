@@ -5,6 +5,7 @@ with, and the weight layout the kernels stream.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 import dataclasses
 
 from ..layout import SM90_ATOMS, SM90_E4M3_ATOMS
@@ -131,7 +132,7 @@ def consumer_register_cap(c: KernelConfig) -> int:
 #    uses unserialized, at one CTA per SM less.  The other tiles need about accumulators + A fragments
 #    + 26 and get it.  Unserialized at one CTA per SM less, these tiles were not faster (H200: 4.5 %
 #    slower at T = 256 on Qwen3-30B-A3B), so occupancy stays.
-SERIALIZED_WGMMA_TILES = {(64, 32, 64): 74}
+SERIALIZED_WGMMA_TILES = MappingProxyType({(64, 32, 64): 74})
 # 2. The persistent grid's tile loop, which the template keeps only for short K loops that fill whole
 #    ring passes (kPersistent in sm90/grouped_gemm.cuh, whose kPersistentMaxKTiles this mirrors).
 #    ptxas serializes most such kernels (Qwen3-30B-A3B's GEMM2, K = 768: m64n16k64, m128n32k64,
@@ -196,10 +197,10 @@ def _n_padded(n: int) -> int:
     return LAYOUT.padded(n, 0)[0]
 
 
-AXES = {"block_m": (64, 128, 256), "block_n": (8, 16, 32, 64, 128, 256), "block_k": (64, 128),
-        # No 12: the K loop unrolls over the ring (compile-time slots), and 12-deep rings never won a
-        # bucket of the H200 tuner (s4-s8 did).
-        "stages": (3, 4, 6, 8), "tile_loop": (False,)}
+AXES = MappingProxyType({"block_m": (64, 128, 256), "block_n": (8, 16, 32, 64, 128, 256), "block_k": (64, 128),
+                         # No 12: the K loop unrolls over the ring (compile-time slots), and 12-deep
+                         # rings never won a bucket of the H200 tuner (s4-s8 did).
+                         "stages": (3, 4, 6, 8), "tile_loop": (False,)})
 
 RULES: tuple[Rule, ...] = (
     ("the K loop must end on a whole consumer step (block_k, or 64 for stepped tiles) of the padded K (64; 128 "
@@ -234,11 +235,11 @@ RULES: tuple[Rule, ...] = (
 # Fallback kernels when no shipped dispatch table covers a problem: per GEMM a decode, a mid-batch
 # and a prefill kernel, the first valid of each list (the H200 tuner's picks for deepseek-v4-flash:
 # n8 up to ~64 tokens, n32-n64 around 256-1024, m128 n128-n256 from 4096).
-FALLBACK = {
+FALLBACK = MappingProxyType({
     "decode": [(64, 8, 128, 4), (64, 8, 64, 4), (64, 8, 64, 3)],
     "mid": [(64, 32, 128, 4), (64, 32, 64, 4), (64, 32, 64, 3)],
     "prefill": [(128, 128, 128, 4), (128, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 3)],
-}
+})
 
 # The tiles that won buckets of the H200 tuner on deepseek-v4-flash (n8 k128 s6/s8 at decode, m64n16k128s4
 # at T = 64, m128n32k64s6 at 256, m128n64k64s6 at 1024, m256n128k64s6 from 4096), their k64 twins for
@@ -252,7 +253,7 @@ SHORTLIST = ((64, 8, 128, 6), (64, 8, 64, 6), (64, 8, 64, 8), (64, 16, 128, 4), 
 SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", compute_capability=(9, 0),
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
-                  launch_params="const moegen::GemmParams*, int, long, cudaStream_t", shortlist=SHORTLIST,
+                  launch_fn="moegen::GemmLaunchFn", shortlist=SHORTLIST,
                   wgmma_serialization=wgmma_serialization, expert_progress=expert_progress)
 
 # W4A8: the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
@@ -262,11 +263,11 @@ SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", 
 # a token's result independent of the kernel its batch size picks (k256 kernels broke batch
 # invariance against k128 ones on the H200).  The fallback tiles are the shapes of the BF16 picks, for
 # problems no shipped table covers.
-FP8_FALLBACK = {
+FP8_FALLBACK = MappingProxyType({
     "decode": [(64, 8, 128, 6), (64, 8, 128, 4)],
     "mid": [(64, 32, 128, 4), (64, 32, 128, 3)],
     "prefill": [(128, 128, 128, 4), (128, 64, 128, 4), (128, 128, 128, 3)],
-}
+})
 # One-warpgroup tiles for large T (H200 tuner): m64n64k128 (three CTAs per SM) tied at
 # T = 1024 and ran 2-13 % behind m128n128 from 4096; m64n128k128 (two) spilled 524 B and ran 7-24 %
 # behind.  Each reads the token tile for half as many weight rows.

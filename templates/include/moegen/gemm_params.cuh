@@ -34,8 +34,11 @@ struct GemmParams {
   unsigned long long progress_per_row;
 };
 
-// Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`).  `rows` is the
-// layer's expert rows (tokens x top_k): the arch decides its grid policy from it.
-typedef int (*GemmLaunch)(const GemmParams* params, int max_work, long rows, cudaStream_t stream);
+// Every GEMM kernel translation unit exports one of these (`<kernel name>_launch`), and the layer's
+// declares them by this type: a definition that differs fails to compile instead of linking (extern
+// "C" names carry no signature).  `rows` is the layer's expert rows (tokens x top_k): the arch decides
+// its grid policy from it.
+using GemmLaunchFn = int(const GemmParams* params, int max_work, long rows, cudaStream_t stream);
+typedef GemmLaunchFn* GemmLaunch;
 
 }  // namespace moegen

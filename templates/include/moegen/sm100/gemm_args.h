@@ -29,7 +29,9 @@ struct GroupedGemmArgs {
 // A launch returns a cudaError_t (0: launched), or, for a failure on the host before CUTLASS's kernel
 // ran, -(1000 * step + the cutlass::Status of that step, 0 for the scratch check): the layer names both
 // (a CUTLASS failure is not a kernel fault, and reads as one under a CUDA error's name).
-typedef int (*GemmLaunch)(const GroupedGemmArgs* args, cudaStream_t stream);
+// Both the kernel's and the layer's translation units declare `<kernel name>_launch` by this type.
+using GemmLaunchFn = int(const GroupedGemmArgs* args, cudaStream_t stream);
+typedef GemmLaunchFn* GemmLaunch;
 enum GemmLaunchStep : int { kStepScratch = 1, kStepCanImplement = 2, kStepInitialize = 3, kStepRun = 4 };
 constexpr int launch_failure(GemmLaunchStep step, int status) { return -(1000 * int(step) + status); }
 inline const char* launch_step_name(int rc) {

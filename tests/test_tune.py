@@ -3,6 +3,7 @@ import json
 import math
 import re
 import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -566,3 +567,27 @@ def test_a_shipped_table_picking_a_kernel_the_build_cannot_take_is_named(tmp_pat
         with pytest.raises(dispatch.DispatchError,
                            match=f"{re.escape(str(path))}: bucket tokens=1 gemm1 '{name}': .*{why}"):
             default_kernels(SPEC, "sm90", tmp_path)
+
+
+def test_a_failed_warm_up_is_not_charged_to_a_candidate_and_leaves_no_stale_inputs(monkeypatch):
+    """The profiler starts a bucket (inputs, the heuristic pair's graphs, warm-up) before its first
+    candidate: if that fails, the bucket is not started, so the next candidate retries it rather than
+    running on the previous bucket's inputs without a warm-up."""
+    from moegen import profiler
+    p = object.__new__(profiler.LayerProfiler)
+    p.layer, p.weights, p.seed, p.rotations, p.warm_seconds = SimpleNamespace(spec=SPEC), None, 0, 2, 0.0
+    p._tokens, p.inputs, p.ref = 4, ["inputs of T = 4"], None
+    monkeypatch.setattr(profiler, "random_inputs", lambda spec, T, dev, seed: f"inputs of T = {T}")
+    monkeypatch.setattr(profiler, "timing_pool", lambda: None)
+
+    def broken_capture(*args):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(profiler, "capture", broken_capture)
+    with pytest.raises(RuntimeError, match="warming the GPU up with the heuristic pair failed: CUDA error: out of"):
+        p._start_bucket(64, (0, 1))
+    assert p._tokens is None and p.inputs == ["inputs of T = 64"] * 2
+    monkeypatch.setattr(profiler, "capture", lambda *args: "graph")
+    monkeypatch.setattr(profiler, "warm_up", lambda graphs, seconds: None)
+    p._start_bucket(64, (0, 1))
+    assert p._tokens == 64

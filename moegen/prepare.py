@@ -288,13 +288,14 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
                 raise ValueError(f"{name}: {getattr(t, 'dtype', type(t).__name__)}, expected a float tensor")
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
-            if not bool(torch.isfinite(t).all()):
-                bad = (~torch.isfinite(t)).nonzero()[0].tolist()
-                raise ValueError(f"{name}: {t[tuple(bad)].item()} at [expert, row] = {bad}, expected finite biases")
     tensors = {"w13": w13, "w13_scales": w13_scales, "w2": w2, "w2_scales": w2_scales, "b13": b13, "b2": b2}
     odd = next((n for n, t in tensors.items() if t is not None and t.device != w13.device), None)
     if odd is not None:
         raise ValueError(f"{odd}: on {tensors[odd].device}, expected w13's device {w13.device} (prepare packs on one device)")
+    for name, t in (("b13", b13), ("b2", b2)):
+        if t is not None and not bool(torch.isfinite(t).all()):
+            bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+            raise ValueError(f"{name}: {t[tuple(bad)].item()} at [expert, row] = {bad}, expected finite biases")
     # in the caller's [expert, row, group] order, before any interleave or padding moves them
     _check_scales(w13_scales, "w13_scales")
     _check_scales(w2_scales, "w2_scales")

@@ -109,7 +109,7 @@ def _check_scales(e8m0: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: e8m0 scale 255 (NaN) at [expert, row, group] = {bad}")
 
 
-def _sm90_atoms(layout, codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None, scale_bytes,
+def _sm90_atoms(layout, codes: torch.Tensor, e8m0: torch.Tensor, gate_up: int | None, scale_bytes,
                 words) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What both SM90 layouts share: the gate/up interleave, padding to the layout, 64x64 atoms packed
     one expert at a time (the temporaries stay small) and the scale atoms.  scale_bytes(e8m0 [E, N, K/32])
@@ -118,7 +118,6 @@ def _sm90_atoms(layout, codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate
     if gate_up is not None:
         codes, e8m0 = _interleave_gate_up(codes, gate_up), _interleave_gate_up(e8m0, gate_up)
     E, N, K = codes.shape
-    _check_scales(e8m0, name)
     Np, Kp = layout.padded(N, K)
     dev = codes.device
     c = torch.zeros((E, Np, Kp), dtype=torch.uint8, device=dev)
@@ -137,7 +136,7 @@ def _sm90_atoms(layout, codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate
     return w, scales, expert_scale
 
 
-def pack_sm90(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
+def pack_sm90(codes: torch.Tensor, e8m0: torch.Tensor, gate_up: int | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """codes [E, N, K] uint8 (one e2m1 code each), e8m0 [E, N, K/32] -> (w atoms, scale atoms,
     expert_scale).  gate_up = I: the rows are W1 then W3 (GEMM1), interleaved here in blocks of 8 so
@@ -162,7 +161,7 @@ def pack_sm90(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int |
                     word |= ((code >> (3 - b)) & 1) << pos
         return word
 
-    return _sm90_atoms(SM90_ATOMS, codes, e8m0, name, gate_up, scale_bytes, words)
+    return _sm90_atoms(SM90_ATOMS, codes, e8m0, gate_up, scale_bytes, words)
 
 
 @lru_cache(maxsize=None)
@@ -188,7 +187,7 @@ def _e4m3_atom_tables() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch
     return row.expand(128, 4, 8), k.expand(128, 4, 8), magnitude_bit0.view(8), sign_bit.view(8)
 
 
-def pack_sm90_e4m3(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
+def pack_sm90_e4m3(codes: torch.Tensor, e8m0: torch.Tensor, gate_up: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """codes [E, N, K], e8m0 [E, N, K/32] -> (w atoms, table-index atoms, expert_scale = 2^r) in
     SM90_E4M3_ATOMS: the atoms of pack_sm90 with each thread's values in e4m3 fragment order, and per
@@ -206,15 +205,14 @@ def pack_sm90_e4m3(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: 
         code = atoms[..., row, k].to(torch.int64)  # [N64, K64, 128 threads, 4 words, 8 values]
         return (((code & 7) << magnitude_bit0) | ((code >> 3) << sign_bit)).sum(dim=-1)  # disjoint bits
 
-    return _sm90_atoms(SM90_E4M3_ATOMS, codes, e8m0, name, gate_up, scale_bytes, words)
+    return _sm90_atoms(SM90_E4M3_ATOMS, codes, e8m0, gate_up, scale_bytes, words)
 
 
-def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int | None = None
+def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, gate_up: int | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """codes [E, N, K], e8m0 [E, N, K/32] -> (e2m1 pairs [E, Npad, Kpad/2], scales [E, sf_bytes], ones [E])
     in SM100_BLOCK_SCALED.  Rows stay in order (GEMM1: W1 rows then W3 rows); padding rows and K get
     code 0 and scale byte 0 (2^-127: finite, the tensor cores read whole 128-row scale chunks)."""
-    _check_scales(e8m0, name)
     E, N, K = codes.shape
     Np, Kp = SM100_BLOCK_SCALED.padded(N, K)
     dev = codes.device
@@ -232,7 +230,8 @@ def pack_sm100(codes: torch.Tensor, e8m0: torch.Tensor, name: str, gate_up: int 
     return w, scales, torch.ones(E, dtype=torch.float32, device=dev)
 
 
-# Layout name -> (codes [E, N, K], e8m0 [E, N, K/32], name, gate_up) -> (values, scales, expert_scale).
+# Layout name -> (codes [E, N, K], e8m0 [E, N, K/32], gate_up) -> (values, scales, expert_scale); prepare
+# checks their inputs (shapes, the e8m0 NaN code) first.
 PACKERS = {SM90_ATOMS.name: pack_sm90, SM90_E4M3_ATOMS.name: pack_sm90_e4m3, SM100_BLOCK_SCALED.name: pack_sm100}
 
 
@@ -301,9 +300,8 @@ def prepare(spec: ModelSpec, w13: torch.Tensor, w13_scales: torch.Tensor, w2: to
     _check_scales(w2_scales, "w2_scales")
 
     pack = PACKERS[layout]
-    g1 = pack(to_gate_up(_unpack(w13), gate_up_order, I), to_gate_up(w13_scales, gate_up_order, I), "w13_scales",
-              gate_up=I)
-    g2 = pack(_unpack(w2), w2_scales, "w2_scales")
+    g1 = pack(to_gate_up(_unpack(w13), gate_up_order, I), to_gate_up(w13_scales, gate_up_order, I), gate_up=I)
+    g2 = pack(_unpack(w2), w2_scales)
     bias13 = None if b13 is None else to_gate_up(b13.float(), gate_up_order, I).contiguous()
     bias2 = None if b2 is None else b2.float().contiguous()
     return PreparedWeights(layout, PreparedGemm(*g1, bias13), PreparedGemm(*g2, bias2))

@@ -216,7 +216,7 @@ def test_the_kernels_table_widening_of_prepared_atoms_is_the_fold(gate_up):
     codes = torch.randint(0, 16, (E, N, K), generator=g)
     exps = torch.randint(-16, 4, (E, N, K // 32), generator=g)  # spans the table's clamp and inexact groups
     packed, scales = _mxfp4(codes, exps)
-    w, s, escale = pack_sm90_e4m3(codes.to(torch.uint8), scales, "w", gate_up=gate_up)
+    w, s, escale = pack_sm90_e4m3(codes.to(torch.uint8), scales, gate_up=gate_up)
     assert w.shape == (E, 2, 4, 2048) and s.shape == (E, 2, 4, 128)
     got = _kernel_widening(w, s, escale)
     rows_packed, rows_scales = packed, scales

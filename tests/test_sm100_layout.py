@@ -48,7 +48,7 @@ def test_pack_sm100_places_values_and_scales(probe):
     g = torch.Generator().manual_seed(3)
     codes = torch.randint(0, 16, (E, N, K), generator=g, dtype=torch.int32).to(torch.uint8)
     e8m0 = torch.randint(100, 140, (E, N, K // 32), generator=g, dtype=torch.int32).to(torch.uint8)
-    w, scales, expert_scale = pack_sm100(codes, e8m0, "test")
+    w, scales, expert_scale = pack_sm100(codes, e8m0)
     Np, Kp = SM100_BLOCK_SCALED.padded(N, K)
     assert (Np, Kp) == (256, 2944)
     assert w.shape == (E, Np, Kp // 2) and scales.shape == (E, sf_bytes(Np, Kp)) and torch.equal(expert_scale, torch.ones(E))

@@ -247,8 +247,9 @@ def list_models() -> None:
               help="comma-separated token-count buckets; a table of this GPU and problem already under the "
                    "table root keeps the buckets not listed (a tune resumed or extended; under OUT/dispatch "
                    "only if this library has its picks, under --table-root always)")
-@click.option("--kernels", default="all", show_default=True,
-              help="the candidates: 'all', 'shortlist' (a quicker tune), 'default' or kernel names")
+@click.option("--kernels", default=None,
+              help="the candidates: 'all' (the default), 'shortlist' (a quicker tune), 'default' or kernel names; "
+                   "with --no-build, the library's own kernels unless given")
 @click.option("--no-build", is_flag=True, help="tune the library already built (default: build the candidates first)")
 @click.option("--tolerance", type=_FiniteFloat(0, 0.5), default=0.01, show_default=True,
               help="compaction: per GEMM, keep the fewest kernels within this of each bucket's best")
@@ -278,7 +279,7 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
     bucket_list = _int_list("--buckets", buckets, minimum=1)  # buckets are token counts
     _writable_dir_target("--table-root", table_root)
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
-    configs = resolve_kernels(spec, arch, kernels)
+    configs = None if kernels is None and no_build else resolve_kernels(spec, arch, kernels or "all")
     if not torch.cuda.is_available():
         raise click.ClickException("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it "
                                    "tunes for (build with `moegen build --kernels all` anywhere)")

@@ -61,7 +61,8 @@ def gemm_source(spec: ModelSpec, cfg: KernelConfig) -> str:
                   stages=cfg.stages, **arch.launch_resources(cfg), gemm_n=shape.n, gemm_k=shape.k,
                   gemm_n_padded=n_pad, gemm_k_padded=k_pad, weight_layout=layout.name,
                   fp8_activations=_cpp_bool(cfg.fp8), activation_type="float_e4m3_t" if cfg.fp8 else "bfloat16_t",
-                  full_width_loop=_cpp_bool(cfg.tile_loop), expert_progress=_cpp_bool(arch.expert_progress(cfg)))
+                  full_width_loop=_cpp_bool(cfg.tile_loop), tile_loop=_cpp_bool(arch.persistent_tile_loop(cfg, shape)),
+                  expert_progress=_cpp_bool(arch.expert_progress(cfg)), launch_fn=arch.launch_fn)
 
 
 def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str:

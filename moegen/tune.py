@@ -348,27 +348,59 @@ def save_table(root: Path, table: dict, user_path: bool = False) -> Path:
     return path
 
 
+class LibraryIndices:
+    """A profiler of the whole library, called with a search's indices into its candidates."""
+
+    def __init__(self, profiler: Profiler, library_index: list[int]):
+        self.profiler, self.library_index = profiler, library_index
+
+    def __call__(self, tokens: int, gemm1: int, gemm2: int):
+        return self.profiler(tokens, self.library_index[gemm1], self.library_index[gemm2])
+
+    def context_alive(self) -> bool:
+        alive = getattr(self.profiler, "context_alive", None)
+        return True if alive is None else alive()
+
+
 def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kernels: list[KernelConfig] | None = None,
                build_first: bool = True, jobs: int | None = None, tolerance: float = 0.01,
                table_root: Path | None = None, log: Callable[[str], None] = print,
                min_seconds: float = 0.1, warm_seconds: float = 1.0, settle_seconds: float = 0.25, reps: int = 6,
                rotations: int = 4) -> Path:
     """Build the kernels (the whole space by default), time them on this GPU, write the user table
-    (`<out>/dispatch/...`, or under table_root).  Needs a GPU; checks for one before building."""
+    (`<out>/dispatch/...`, or under table_root).  Needs a GPU; checks for one before building.
+    Without build_first the candidates are `kernels` from the library already built, or all of its kernels."""
     import torch
 
     from .arch import get_arch
     from .build import build, output_dir
     from .dispatch import user_dir
     from .profiler import LayerProfiler
-    from .runtime import load
+    from .runtime import benchmark_switches, load
 
     if not torch.cuda.is_available():
         raise TuneError("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it tunes for")
+    switches = benchmark_switches()
+    if switches:  # the kernels would follow them, and the table would not say so
+        name, value = next(iter(switches.items()))
+        raise TuneError(f"{name}={value} is set: a table must time the kernels' own grid and wait choices; "
+                        f"unset it to tune")
     if build_first:
-        build(spec, arch, kernels or get_arch(arch, spec.activations).candidate_configs(spec), out_root, jobs=jobs, log=log)
-    layer = load(output_dir(spec, arch, out_root), spec=spec)
-    log(f"tuning {len(layer.kernels)} kernels of {spec.variant} on {layer.gpu.name}, {len(buckets)} buckets")
+        kernels = kernels or get_arch(arch, spec.activations).candidate_configs(spec)
+        build(spec, arch, kernels, out_root, jobs=jobs, log=log)
+    library = output_dir(spec, arch, out_root)
+    layer = load(library, spec=spec)
+    candidates = list(layer.kernels) if kernels is None else list(kernels)
+    index = {k.name: i for i, k in enumerate(layer.kernels)}
+    missing = [k.name for k in candidates if k.name not in index]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise TuneError(f"--kernels: {missing[0]}{more} not in the library at {library}: expected kernels it holds "
+                        f"(tune without --no-build to build them)")
+    for gemm in ("gemm1", "gemm2"):
+        if not any(k.gemm == gemm for k in candidates):
+            raise TuneError(f"--kernels: no {gemm} kernel among the candidates: expected at least one per GEMM")
+    log(f"tuning {len(candidates)} kernels of {spec.variant} on {layer.gpu.name}, {len(buckets)} buckets")
     start = time.monotonic()
     profiler = LayerProfiler(layer, min_seconds=min_seconds, warm_seconds=warm_seconds, settle_seconds=settle_seconds,
                              reps=reps, rotations=rotations)
@@ -387,10 +419,10 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
         tuned_with = dict(steady_state=steady, tolerance=tolerance, torch=torch.__version__,
                           **({"partial": True} if partial else {}))
         if previous is None:
-            kept = compact(layer.kernels, choices, measurements, tolerance)
-            table = make_table(spec, arch, layer.gpu, layer.kernels, kept, measurements, tuned_with)
+            kept = compact(candidates, choices, measurements, tolerance)
+            table = make_table(spec, arch, layer.gpu, candidates, kept, measurements, tuned_with)
         else:
-            raw = make_table(spec, arch, layer.gpu, layer.kernels, choices, measurements, tuned_with)
+            raw = make_table(spec, arch, layer.gpu, candidates, choices, measurements, tuned_with)
             table = merge_into(previous, raw, tolerance)
         save_table(root, table, user_path=table_root is not None)
         return table
@@ -399,7 +431,8 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
     for reason in sorted(rejected.values()):
         log(f"not timing: {reason}")
     try:  # after every bucket: a tune cut short keeps the buckets it finished, as a partial table
-        choices, measurements = search(layer.kernels, spec, profiler, buckets, log=log,
+        choices, measurements = search(candidates, spec, LibraryIndices(profiler, [index[k.name] for k in candidates]),
+                                       buckets, log=log,
                                        on_bucket=lambda c, m: write(c, m, partial=True), rejected=rejected)
     finally:
         profiler.close()

@@ -1,6 +1,7 @@
 """Per-arch config space (moegen.arch), the problem's GEMM shapes and canonical kernel names."""
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ def test_tile_loop_name():
 
 def test_full_width_tile_loop_rule():
     """W4A8 only, 128+ token rows, a K loop of 7-32 tiles filling whole ring passes; the template's
-    kPersistent follows (persistent_tile_loop), and the serialization record names the loop."""
+    kTileLoop follows (persistent_tile_loop), and the serialization record names the loop."""
     fp8, rule = cs.SM90_FP8, cs.RULES[-2][0]
     k32, k16, k6, k56 = GemmShape(4096, 4096), GemmShape(4096, 2048), GemmShape(2048, 768), GemmShape(4096, 7168)
     ok = fp8.config("gemm1", 128, 128, 128, 4, tile_loop=True)
@@ -104,8 +105,9 @@ def test_full_width_tile_loop_rule():
     assert "tile_loop = True is not on the sm90 axis" in rejection_reason(bf16, k32)
     assert "full-width tile loop" in cs.wgmma_serialization(ok, k32)
     spec = load_model("deepseek-v4-flash").with_activations("fp8")
-    assert ", true, 128>;" in render.gemm_source(spec, ok)  # W4A8 promotes per K tile: one step
-    assert ", false, 128>;" in render.gemm_source(spec, fp8.config("gemm1", 128, 128, 128, 4))
+    # full_width_loop, step_k (W4A8 promotes per K tile: one step), tile_loop
+    assert re.search(r", true, 128,\s*true>;", render.gemm_source(spec, ok))
+    assert re.search(r", false, 128,\s*false>;", render.gemm_source(spec, fp8.config("gemm1", 128, 128, 128, 4)))
 
 
 @pytest.mark.parametrize("bad", [
@@ -194,7 +196,7 @@ def test_two_ctas_per_sm_and_the_rendered_register_plan():
         assert (r["min_blocks_per_sm"], r["producer_registers"], r["consumer_registers"]) == plan
         text = render.gemm_source(spec, cfg)
         assert f"TileShape<{cfg.block_m}, {cfg.block_n}, {cfg.block_k}, {cfg.stages}, {plan[0]},\n" in text
-        assert f"{plan[1]}, {plan[2]}, false, {r['step_k']}>;" in text
+        assert f"{plan[1]}, {plan[2]}, false, {r['step_k']}," in text
 
 
 def test_layout_padding():
@@ -373,15 +375,14 @@ def test_serialization_note():
     assert serialization_note("layer") == "not a GEMM kernel"
 
 
-def test_persistent_tile_loop_mirrors_the_template():
-    """sm90.persistent_tile_loop is the template's kPersistent: one constant in two languages."""
-    import re
-    header = Path(__file__).parents[1] / "templates" / "include" / "moegen" / "sm90" / "grouped_gemm.cuh"
-    m = re.search(r"kPersistentMaxKTiles = (\d+);", header.read_text())
-    assert m and int(m.group(1)) == cs.PERSISTENT_MAX_K_TILES
-    m = re.search(r"kPersistentMaxKTilesFp8 = (\d+);", header.read_text())
-    assert m and int(m.group(1)) == cs.PERSISTENT_MAX_K_TILES_FP8
-    qwen3 = gemm_shapes(load_model("qwen3-30b-a3b"))["gemm2"]  # K = 768
+def test_persistent_tile_loop_rule_and_its_rendering():
+    """sm90.persistent_tile_loop decides the template's kTileLoop: the kernel gets what the rule says."""
+    from moegen.render import gemm_source
+    qwen3_spec = load_model("qwen3-30b-a3b")
+    for name, loops in (("moegen_sm90_gemm2_m64n8k64s6", True), ("moegen_sm90_gemm2_m64n8k64s8", False)):
+        text = gemm_source(qwen3_spec, parse_kernel_name(name))
+        assert re.search(r"TileShape<[^>]*,\s*(true|false)>;", text)[1] == ("true" if loops else "false"), name
+    qwen3 = gemm_shapes(qwen3_spec)["gemm2"]  # K = 768
     assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s6"), qwen3)  # 12 tiles
     assert cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k128s6"), qwen3)  # 6 tiles
     assert not cs.persistent_tile_loop(parse_kernel_name("moegen_sm90_gemm2_m64n8k64s8"), qwen3)  # 12 % 8

@@ -17,7 +17,8 @@ GEMM_VARS = dict(name="moegen_sm90_gemm1_m64n16k64s3", arch="sm90", hidden=256, 
                  bias2="false", epilogue="SwigluEpilogue", block_m=64, block_n=16, block_k=64, stages=3,
                  min_blocks_per_sm=4, producer_registers=0, consumer_registers=0, gemm_n=256, gemm_k=256,
                  gemm_n_padded=256, gemm_k_padded=256, weight_layout="sm90_e2m1_atom64", fp8_activations="false",
-                 activation_type="bfloat16_t", full_width_loop="false", step_k=64, expert_progress="true")
+                 activation_type="bfloat16_t", full_width_loop="false", step_k=64, expert_progress="true",
+                 tile_loop="false", launch_fn="moegen::GemmLaunchFn")
 
 
 def default_configs(spec, arch):
@@ -127,13 +128,15 @@ def test_problem_parallel_split():
 def test_gemm_source(cfg, epilogue, n, k, n_pad, k_pad):
     spec = load_model("gpt-oss-20b").with_parallel(tp_size=2)
     text = render.gemm_source(spec, cfg)
-    m = re.search(r"TileShape<(\d+), (\d+), (\d+), (\d+), (\d+),\s*(\d+), (\d+), (true|false), (\d+)>", text)
+    m = re.search(r"TileShape<(\d+), (\d+), (\d+), (\d+), (\d+),\s*(\d+), (\d+), (true|false), (\d+),\s*(true|false)>",
+                  text)
     r = get_arch("sm90").launch_resources(cfg)
     assert m and tuple(map(int, m.groups()[:7])) == (cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages,
                                                      r["min_blocks_per_sm"], r["producer_registers"],
                                                      r["consumer_registers"])
     assert m[8] == "false"  # no full-width tile loop (W4A8's tile_loop)
     assert int(m[9]) == r["step_k"] == 64  # k64 tiles, and one-warpgroup k128 tiles, step 64 deep
+    assert m[10] == "false"  # K loops of 45 and 23 tiles: one CTA per tile
     m = re.search(r"GroupedGemm<Tile, (\d+), (\d+), (\d+), (\d+), Epilogue,\s*cute::bfloat16_t, true>", text)
     assert m and tuple(map(int, m.groups())) == (n, k, n_pad, k_pad)  # every BF16 tile carries the progress code
     assert f'extern "C" moegen::GemmLaunchFn {cfg.name}_launch;' in text  # declared by the header's type

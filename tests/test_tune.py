@@ -591,3 +591,56 @@ def test_a_failed_warm_up_is_not_charged_to_a_candidate_and_leaves_no_stale_inpu
     monkeypatch.setattr(profiler, "warm_up", lambda graphs, seconds: None)
     p._start_bucket(64, (0, 1))
     assert p._tokens == 64
+
+
+def _fake_library(monkeypatch, tmp_path, timed):
+    """tune_model over a fake loaded library holding KERNELS; `timed` collects the names it times."""
+    import torch
+
+    from moegen import profiler, runtime
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    layer = SimpleNamespace(kernels=list(KERNELS), gpu=GPU, spec=SPEC, manifest=SimpleNamespace(data={}))
+    monkeypatch.setattr(runtime, "load", lambda path, spec: layer)
+
+    class FakeProfiler:
+        def __init__(self, layer, **kwargs):
+            pass
+
+        def __call__(self, tokens, g1, g2):
+            timed.update((NAMES[g1], NAMES[g2]))
+            return fake_time(tokens, g1, g2)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(profiler, "LayerProfiler", FakeProfiler)
+    for name in runtime.BENCHMARK_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    return dict(spec=SPEC, arch="sm90", out_root=tmp_path, buckets=(1, 64), build_first=False, log=lambda m: None)
+
+
+def test_tune_without_a_build_times_only_the_named_kernels(monkeypatch, tmp_path):
+    timed = set()
+    args = _fake_library(monkeypatch, tmp_path, timed)
+    named = [k for k in KERNELS if k.block_m == 64][:6] + [k for k in KERNELS if k.gemm == "gemm2"][:3]
+    path = tune.tune_model(kernels=named, **args)
+    assert timed <= {k.name for k in named}
+    table = json.loads(path.read_text())
+    assert {b[g] for b in table["buckets"] for g in ("gemm1", "gemm2")} <= {k.name for k in named}
+    assert table["tuned_with"]["kernels"] == len(named)
+    timed.clear()  # no list: the library's own kernels
+    tune.tune_model(kernels=None, **args)
+    assert len(timed) > len(named)
+
+
+def test_tune_refuses_kernels_the_library_lacks_one_gemm_or_a_benchmark_switch(monkeypatch, tmp_path):
+    args = _fake_library(monkeypatch, tmp_path, set())
+    absent = parse_kernel_name(NAMES[0].replace(f"s{KERNELS[0].stages}", "s99"))
+    with pytest.raises(tune.TuneError, match=f"--kernels: {absent.name} not in the library"):
+        tune.tune_model(kernels=[absent, KERNELS[1]], **args)
+    with pytest.raises(tune.TuneError, match="no gemm2 kernel"):
+        tune.tune_model(kernels=[k for k in KERNELS if k.gemm == "gemm1"], **args)
+    monkeypatch.setenv("MOEGEN_GRID", "tiles")
+    with pytest.raises(tune.TuneError, match="MOEGEN_GRID=tiles is set"):
+        tune.tune_model(kernels=None, **args)

@@ -40,6 +40,8 @@ class ArchPolicy:
     # KernelConfig -> whether the kernel carries the per-expert progress code (GEMM2 starts on an
     # expert's rows as they land); the layer follows per expert only when both of its kernels do.
     expert_progress: Callable[[KernelConfig], bool] = lambda c: False
+    # (KernelConfig, GemmShape) -> whether the kernel loops over tiles on a persistent grid
+    persistent_tile_loop: Callable[[KernelConfig, "GemmShape"], bool] = lambda c, shape: False
 
     def __post_init__(self):  # frozen all the way down: a policy is shared by every build in the process
         object.__setattr__(self, "axes", MappingProxyType({k: tuple(v) for k, v in self.axes.items()}))

@@ -133,19 +133,25 @@ def consumer_register_cap(c: KernelConfig) -> int:
 #    + 26 and get it.  Unserialized at one CTA per SM less, these tiles were not faster (H200: 4.5 %
 #    slower at T = 256 on Qwen3-30B-A3B), so occupancy stays.
 SERIALIZED_WGMMA_TILES = MappingProxyType({(64, 32, 64): 74})
-# 2. The persistent grid's tile loop, which the template keeps only for short K loops that fill whole
-#    ring passes (kPersistent in sm90/grouped_gemm.cuh, whose kPersistentMaxKTiles this mirrors).
-#    ptxas serializes most such kernels (Qwen3-30B-A3B's GEMM2, K = 768: m64n16k64, m128n32k64,
-#    m128n64k64, m256n64k64, m256n128k64) but not all (m64n8k64s6, m64n8k128s6, m128n128k64s4).  The
-#    loop stays there: it was 3-9 % faster from T = 1024 than one CTA per tile (H200, Qwen3-30B-A3B).
+# 2. The persistent grid's tile loop (the template's kTileLoop, rendered from persistent_tile_loop),
+#    kept only for short K loops that fill whole ring passes: there a tile's setup and first loads are
+#    a large share of it.  ptxas serializes most such kernels (Qwen3-30B-A3B's GEMM2, K = 768:
+#    m64n16k64, m128n32k64, m128n64k64, m256n64k64, m256n128k64) but not all (m64n8k64s6, m64n8k128s6,
+#    m128n128k64s4).  The loop stays there: at 12 K tiles it was 3-9 % faster from T = 1024 than one CTA
+#    per tile (H200, Qwen3-30B-A3B), and with long K loops one CTA per tile won (DeepSeek-V4-Flash's
+#    32-64-tile s4/s8 kernels, 3-4 % at T = 1 and 16).
 PERSISTENT_MAX_K_TILES = 12
-PERSISTENT_MAX_K_TILES_FP8 = 6  # W4A8: at 12 K tiles ptxas spilled the promotion's accumulators in the loop
+# W4A8 loops over tiles only up to 6 K tiles: at 12 ptxas spilled the promotion's second accumulator
+# set (gpt-oss-20b --tp 2's GEMM2: m64n32k128s4 176 B, m128n128k128s4 280 B); at 6 (Qwen3-30B-A3B's
+# GEMM2, K = 768) m128n128k128s6 compiled spill-free and was 2-4 % faster from T = 1024 than the
+# one-CTA-per-tile s4 it replaced (H200).
+PERSISTENT_MAX_K_TILES_FP8 = 6
 # W4A8 kernels may also loop over tiles with a long K loop (the config's tile_loop), every tile at the
 # full wgmma width (the template's kFullWidthLoop): with the narrower widths' instantiations also in
 # the loop, m128n128k128s4 spilled 460-492 B at 32 K tiles.  Measured up to 32 (DeepSeek-V4-Flash's
 # GEMM1); per-tile ring fills and drains made W4A8 stream 28-36 % slower than BF16 at equal bytes, and
 # the loop streamed within 0-16 % of it (H200).  BF16's 256-row tiles (half the CTAs) gained nothing
-# from it: no tuned bucket took it (lab/experiments/bf16_full_width_tile_loop.patch).
+# from it: no tuned bucket took it (H200 tuner).
 FULL_WIDTH_LOOP_MAX_K_TILES = 32
 FULL_WIDTH_LOOP_MIN_BLOCK_N = 128  # large-T tiles: an expert's rows then mostly fill them
 
@@ -161,7 +167,7 @@ def k_loop_ends_on_a_step(c: KernelConfig, shape: GemmShape) -> bool:
 
 
 def persistent_tile_loop(c: KernelConfig, shape: GemmShape) -> bool:
-    """Whether the kernel has the persistent grid's tile loop (the template's kPersistent)."""
+    """Whether the kernel has the persistent grid's tile loop (rendered as the template's kTileLoop)."""
     tiles = k_tiles(c, shape)
     return c.tile_loop or (tiles % c.stages == 0 and
                            tiles <= (PERSISTENT_MAX_K_TILES_FP8 if c.fp8 else PERSISTENT_MAX_K_TILES))
@@ -184,7 +190,8 @@ def wgmma_serialization(c: KernelConfig, shape: GemmShape | None = None) -> str 
     if c.tile_loop:
         return "the persistent grid's full-width tile loop (the config's tile_loop), chosen by the tuner"
     if shape is not None and persistent_tile_loop(c, shape):
-        return (f"the persistent grid's tile loop ({k_tiles(c, shape)} K tiles, at most {PERSISTENT_MAX_K_TILES}); "
+        limit = PERSISTENT_MAX_K_TILES_FP8 if c.fp8 else PERSISTENT_MAX_K_TILES
+        return (f"the persistent grid's tile loop ({k_tiles(c, shape)} K tiles, at most {limit}); "
                 f"kept for short K loops, where it was faster")
     return None
 
@@ -254,7 +261,8 @@ SM90 = ArchPolicy(name="sm90", gencode="-gencode=arch=compute_90a,code=sm_90a", 
                   weight_layout=LAYOUT.name, activation_format="bf16", axes=AXES, rules=RULES, fallback=FALLBACK,
                   launch_resources=launch_resources, gemm_template="gemm_kernel.cu.j2",
                   launch_fn="moegen::GemmLaunchFn", shortlist=SHORTLIST,
-                  wgmma_serialization=wgmma_serialization, expert_progress=expert_progress)
+                  wgmma_serialization=wgmma_serialization, expert_progress=expert_progress,
+                  persistent_tile_loop=persistent_tile_loop)
 
 # W4A8: the same mainloop with e4m3 activations (per-token fp32 scales in the epilogues)
 # and fp8 wgmma (k32).  A 128-wide e4m3 K tile has the bytes of a 64-wide bf16 one.  block_k is 128

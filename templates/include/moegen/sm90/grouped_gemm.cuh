@@ -75,7 +75,7 @@ constexpr int ceil_div(int x, int m) { return (x + m - 1) / m; }
 // the config space's resource model (moegen/arch/sm90.py, launch_resources), which also prunes the
 // space with it: one source for both.
 template <int BM_, int BN_, int BK_, int Stages_, int MinBlocksPerSm_, int ProducerRegisters_, int ConsumerRegisters_,
-          bool FullWidthLoop_ = false, int StepK_ = BK_>
+          bool FullWidthLoop_ = false, int StepK_ = BK_, bool TileLoop_ = FullWidthLoop_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_;
   // K per consumer step: a K tile is loaded as one slot, and widened and issued in BK / StepK steps,
@@ -87,6 +87,10 @@ struct TileShape {
   // width: with the narrower widths' instantiations in the loop too, ptxas keeps all their
   // addresses live across it and spills (W4A8 m128n128k128s4, 32 K tiles: 460-492 B).
   static constexpr bool kFullWidthLoop = FullWidthLoop_;
+  // Loop over tiles (persistent grid) at all: the config space decides (moegen/arch/sm90.py,
+  // persistent_tile_loop: short K loops, or the full-width loop).
+  static constexpr bool kTileLoop = TileLoop_;
+  static_assert(!kFullWidthLoop || kTileLoop, "the full-width loop is a tile loop");
   // 64-row weight slices (one m64 wgmma each) over at most two consumer warpgroups: a 256-row tile
   // gives each warpgroup two slices that share every B tile (half the activation reads of m128).
   static constexpr int kSlices = BM / 64;
@@ -144,26 +148,12 @@ struct GroupedGemm {
   static_assert(kKPad % BK % Tile_::StepK == 0, "the K loop must end on a whole consumer step");
   static constexpr int kKTiles = ceil_div(kKPad, BK);
   static constexpr bool kPartialLastTile = kKPad % BK != 0;
-  // A CTA may run several tiles in a row (persistent grid) when every tile starts at ring slot 0
-  // (the consumer's K loop has compile-time slots) and the K loop is short: a tile's setup and first
-  // loads are then a large share of it.  The tile loop makes ptxas serialize the wgmmas (C7512), and
-  // with long K loops one CTA per tile won (H200: DeepSeek-V4-Flash's 32-64-tile s4/s8 kernels, 3-4 %
-  // at T = 1 and 16); with 12 K tiles the persistent grid won (Qwen3-30B-A3B's GEMM2, K = 768: 3-9 %
-  // from T = 1024).
-  static constexpr int kPersistentMaxKTiles = 12;
-  // W4A8 loops over tiles only up to 6 K tiles: at 12 ptxas spilled the promotion's second
-  // accumulator set (gpt-oss-20b --tp 2's GEMM2: m64n32k128s4 176 B, m128n128k128s4 280 B); at 6
-  // (Qwen3-30B-A3B's GEMM2, K = 768) m128n128k128s6 compiled spill-free and was 2-4 % faster from
-  // T = 1024 than the one-CTA-per-tile s4 it replaced (H200).
-  static constexpr int kPersistentMaxKTilesFp8 = 6;
-  // The config space's tile_loop (moegen/arch/sm90.py, full_width_loop_fits): W4A8 tiles of 128 token
-  // rows and more, K loops of 7-32 tiles filling whole ring passes.
+  // A CTA runs several tiles in a row (persistent grid) only if every tile starts at ring slot 0: the
+  // consumer's K loop has compile-time slots.
+  static constexpr bool kPersistent = Tile_::kTileLoop;
+  static_assert(!kPersistent || kKTiles % Stages == 0, "a tile loop runs whole ring passes per tile");
   static constexpr bool kFullWidthLoop = Tile_::kFullWidthLoop;
-  static_assert(!kFullWidthLoop || (kFp8 && kKTiles % Stages == 0 && kKTiles <= 32),
-                "the full-width tile loop: W4A8, whole ring passes, at most 32 K tiles");
-  static constexpr bool kPersistent =
-      kFullWidthLoop ||
-      (kKTiles % Stages == 0 && kKTiles <= (kFp8 ? kPersistentMaxKTilesFp8 : kPersistentMaxKTiles));
+  static_assert(!kFullWidthLoop || (kFp8 && kKTiles <= 32), "the full-width tile loop: W4A8, at most 32 K tiles");
   static constexpr int kMTiles = ceil_div(N, BM);
   static_assert(kMTiles * BM <= kNPad, "a CTA's weight rows must exist in the prepared tensor");
   static constexpr int kAtomsK = BK / kAtomK;

@@ -435,8 +435,10 @@ def _up_to_date(plan: BuildPlan) -> dict | None:
 
 def run_build(plan: BuildPlan, jobs: int | None = None, log: Callable[[str], None] = print) -> BuildResult:
     out, store = plan.out_dir, plan.store
-    _prepare_dir(out.parent.parent, "output")
-    _prepare_dir(store, "object store")  # first: a bad --objects leaves no empty build directory
+    # an object store of its own (--objects) first: a bad one leaves no empty output or build directory
+    dirs = [(out.parent.parent, "output"), (store, "object store")]
+    for path, what in dirs if store.is_relative_to(out.parent.parent) else dirs[::-1]:
+        _prepare_dir(path, what)
     _prepare_dir(out, "build")
     # The build directory's lock serializes builds of one variant; the store's, shared by every build
     # and taken exclusively by `clean`, keeps clean from pruning objects a running build has not linked yet.

@@ -11,12 +11,13 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import click
 
 from .paths import DEFAULT_OUT, blocking_file, unwritable_dir
-from .spec import NAME_PATTERN, SpecError, known_models, load_model
+from .spec import NAME_PATTERN, SpecError, known_models, load_model, shown
 
 ARCH_CHOICES = ["sm90", "sm100"]
 
@@ -112,13 +113,17 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _int_list(option: str, text: str, minimum: int = 0) -> list[int]:
+def _token_counts(option: str, text: str, spec, minimum: int = 0) -> list[int]:
+    """Token counts for the spec's layer: at most the tokens one call takes (moegen.problem.max_tokens)."""
+    from .problem import max_tokens
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise click.BadParameter(f"{text!r}: expected comma-separated integers", param_hint=option) from None
-    if not values or any(v < minimum for v in values):
-        raise click.BadParameter(f"{text!r}: expected comma-separated integers >= {minimum}", param_hint=option)
+    most = max_tokens(spec)
+    if not values or any(v < minimum or v > most for v in values):
+        raise click.BadParameter(f"{shown(text)}: expected comma-separated integers from {minimum} to {most} "
+                                 f"(the tokens one call of {spec.variant} takes)", param_hint=option)
     return values
 
 
@@ -160,6 +165,11 @@ class _OneLineGroup(click.Group):
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        with warnings.catch_warnings():  # this run's warnings one line each; the caller's hook back after
+            warnings.showwarning = _one_line_warning
+            self._standalone(*args, **kwargs)
+
+    def _standalone(self, *args, **kwargs):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except _NO_ARGS_IS_HELP as e:  # `moegen` alone: the help, as click prints it
@@ -176,6 +186,11 @@ class _OneLineGroup(click.Group):
             click.echo("Aborted!", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the user reads it: one line, without the source line that raised it."""
+    click.echo(f"Warning: {' '.join(str(message).split())}", err=True)
 
 
 def _interrupt(signum, frame):
@@ -276,9 +291,9 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
 
     from .kernel_sets import resolve_kernels
     from .tune import tune_model
-    bucket_list = _int_list("--buckets", buckets, minimum=1)  # buckets are token counts
     _writable_dir_target("--table-root", table_root)
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
+    bucket_list = _token_counts("--buckets", buckets, spec, minimum=1)
     configs = None if kernels is None and no_build else resolve_kernels(spec, arch, kernels or "all")
     if not torch.cuda.is_available():
         raise click.ClickException("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it "
@@ -319,7 +334,8 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
     from .bench import bench_layers, markdown_table, measure_ceilings, to_json
     from .artifact import output_dir
     from .runtime import load
-    token_list = _int_list("--tokens", tokens)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
+    token_list = _token_counts("--tokens", tokens, spec)
     _writable_file_target("--json", json_out)
     compared: dict[str, Path] = {}
     for item in compare:
@@ -330,7 +346,6 @@ def bench(model, arch, tp_size, ep_size, ep_rank, activations, tokens, reps, rou
             raise click.BadParameter(f"{item!r}: label {label!r} is taken (the build under --out is 'default'); "
                                      "expected a label of its own per library", param_hint="--compare")
         compared[label] = Path(path)
-    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     layers = {"default": load(output_dir(spec, arch, out_root), spec=spec)}
     for label, path in compared.items():
         # the same model and split; its activations (W4A16 or W4A8) may differ
@@ -362,11 +377,11 @@ def check(model, arch, tp_size, ep_size, ep_rank, activations, tokens, seed, ker
     from .artifact import output_dir
     from .check import check_library
     from .runtime import load
-    token_list = _int_list("--tokens", tokens)
+    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
+    token_list = _token_counts("--tokens", tokens, spec)
     only = [n.strip() for n in kernel_names.split(",") if n.strip()] if kernel_names is not None else None
     if only is not None and not only:
         raise click.BadParameter("expected comma-separated kernel names", param_hint="--kernels")
-    spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     layer = load(output_dir(spec, arch, out_root), spec=spec)
     if not check_library(layer, token_list, seed=seed, log=click.echo, only=only):
         sys.exit(1)

@@ -4,6 +4,7 @@ router kind and parameters, activation and its limits, for the architectures moe
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -56,7 +57,7 @@ def _deepseek_v4(c: _Config) -> dict:
                             renormalize=c.get("norm_topk_prob", bool, True),
                             routed_scaling_factor=c.get("routed_scaling_factor", (int, float), 1.0),
                             hash_layers=c.get("num_hash_layers", int, 0)),
-                activation=dict(kind="swiglu", limit=None if limit is None else float(limit)))
+                activation=dict(kind="swiglu", limit=limit))  # the spec checks it is a finite number
 
 
 def _deepseek_v3(c: _Config, router_in_config: bool = True) -> dict:
@@ -116,7 +117,7 @@ def _gpt_oss(c: _Config) -> dict:
     return dict(num_experts=c.get("num_local_experts", int), hidden_size=c.get("hidden_size", int),
                 intermediate_size=c.get("intermediate_size", int), router=dict(kind="topk_softmax", top_k=top_k),
                 activation=dict(kind="swiglu_oai", alpha=GPT_OSS_ALPHA,
-                                limit=float(c.get("swiglu_limit", (int, float)))),
+                                limit=c.get("swiglu_limit", (int, float))),
                 bias=dict(gemm1=True, gemm2=True))
 
 
@@ -136,6 +137,8 @@ MODEL_TYPES: dict[str, Callable[[_Config], dict]] = {
 
 def default_name(path: Path) -> str:
     """A spec name from the model directory's name (DeepSeek-V4-Flash -> deepseek-v4-flash)."""
+    # normalized first: config.json given from inside its directory, or as ../x/config.json, has a parent name
+    path = Path(os.path.abspath(path))
     stem = path.parent.name if path.name == "config.json" else path.stem
     return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")[:64].rstrip("-._") or "model"  # NAME_PATTERN
 
@@ -199,7 +202,8 @@ def _config_field(model_type: str, m: re.Match) -> str:
 
 def spec_yaml(spec: ModelSpec, config_path: Path) -> str:
     import yaml
-    shown_path = str(config_path).encode("utf-8", "backslashreplace").decode("utf-8")  # a path need not be UTF-8
+    # escaped where a newline or undecodable byte would leave the comment or the UTF-8 file
+    shown_path = str(config_path) if str(config_path).isprintable() else ascii(str(config_path))
     header = (f"# {spec.name}: MoE layer spec written by `moegen spec --from-config {shown_path}`\n"
               "# (fields the config.json does not hold come from the architecture's modelling code).\n")
     return header + yaml.safe_dump(spec.to_dict(), sort_keys=False)

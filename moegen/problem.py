@@ -15,6 +15,13 @@ class GemmShape:
     k: int
 
 
+def max_tokens(spec: ModelSpec) -> int:
+    """Tokens per call: the kernels index expert rows (tokens x top_k) and finalize's 8-element vectors
+    (tokens x hidden / 8) with 32-bit integers; half the range keeps every sum of them in range too.
+    The layer's kMaxTokens, which asserts that it equals this."""
+    return (2**31 - 1) // 2 // max(spec.top_k, spec.hidden_size // 8)
+
+
 def gemm_shapes(spec: ModelSpec) -> dict[str, GemmShape]:
     return {"gemm1": GemmShape(2 * spec.local_intermediate, spec.hidden_size),
             "gemm2": GemmShape(spec.hidden_size, spec.local_intermediate)}

@@ -15,7 +15,7 @@ from .arch import get_arch, policy_of
 from .layout import get_layout
 from .naming import KernelConfig
 from .paths import TEMPLATE_DIR
-from .problem import gemm_shapes
+from .problem import gemm_shapes, max_tokens
 from .spec import ModelSpec
 
 INCLUDE_DIR = TEMPLATE_DIR / "include"
@@ -79,7 +79,7 @@ def layer_source(spec: ModelSpec, arch: str, configs: list[KernelConfig]) -> str
                   activation_enum=_ACTIVATION_ENUM[a.kind], has_limit=_cpp_bool(a.limit is not None),
                   limit=_cpp_float(a.limit if a.limit is not None else 0.0), alpha=_cpp_float(a.alpha),
                   bias13=_cpp_bool(spec.gemm1_bias), bias2=_cpp_bool(spec.gemm2_bias),
-                  fp8_activations=_cpp_bool(spec.activations == "fp8"))
+                  fp8_activations=_cpp_bool(spec.activations == "fp8"), max_tokens=max_tokens(spec))
 
 
 def build_info_source(build_info: dict) -> str:

@@ -439,11 +439,13 @@ def read_yaml(path: Path) -> Any:
 
 
 def _resolve(name_or_path: str | Path, config_dir: Path) -> Path:
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
+    p, text = Path(name_or_path), os.fspath(name_or_path)
+    if p.suffix.lower() in (".yaml", ".yml") or "/" in text or os.sep in text:
         return p
     candidate = Path(config_dir) / "models" / f"{name_or_path}.yaml"
     if not NAME_PATTERN.fullmatch(str(name_or_path)) or not candidate.is_file():
+        if p.is_file():  # a spec file in this directory, whatever its suffix
+            return p
         known = ", ".join(known_models(config_dir))
         raise SpecError(f"{Path(config_dir) / 'models'}: no model named {shown(str(name_or_path))} (known: {known}; "
                         "or give the path of a .yaml/.yml spec)")

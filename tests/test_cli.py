@@ -176,7 +176,8 @@ def test_list_reports_a_broken_spec_and_lists_the_others(runner, monkeypatch, tm
 
 @pytest.mark.parametrize("args, fragments", [
     (["--buckets", "1,x"], ["--buckets", "'1,x': expected comma-separated integers"]),
-    (["--buckets", "0,4"], ["--buckets", "integers >= 1"]),
+    (["--buckets", "0,4"], ["--buckets", "integers from 1 to"]),
+    (["--buckets", "1," + "9" * 20], ["--buckets", "integers from 1 to 4194303", "one call of qwen3-30b-a3b"]),
     (["--tolerance", "2"], ["--tolerance"]),
     ([], ["no CUDA GPU visible to PyTorch"]),  # this machine has none: said before any build
 ])
@@ -213,9 +214,10 @@ def test_clean_on_a_root_without_a_store(runner, tmp_path):
 
 
 @pytest.mark.parametrize("args, fragments", [
-    (["bench", "--model", "x", "--tokens", "abc"], [" bench: ", "--tokens", "'abc'"]),
+    (["bench", "--model", "deepseek-v4-flash", "--tokens", "abc"], [" bench: ", "--tokens", "'abc'"]),
+    (["check", "--model", "deepseek-v4-flash", "--tokens", "3000000"], ["--tokens", "from 0 to 2097151"]),
     (["build", "--model", "deepseek-v4-flash"], [" build: ", "--arch", "sm90"]),
-    (["tune", "--model", "deepseek-v4-flash", "--buckets", "0"], ["--buckets", ">= 1"]),
+    (["tune", "--model", "deepseek-v4-flash", "--buckets", "0"], ["--buckets", "from 1 to"]),
     (["nosuch"], ["nosuch"]),
     (["tune", "--model", "x", "--tolerance", "nan"], ["--tolerance", "'nan'", "[0, 0.5]"]),
     (["bench", "--model", "x", "--warm-seconds", "inf"], ["--warm-seconds", "'inf'"]),
@@ -287,3 +289,20 @@ def test_no_arguments_print_the_help(runner):
 def test_check_kernels_must_name_some(runner, tmp_path):
     result = runner.invoke(cli.main, ["check", "--model", "qwen3-30b-a3b", "--kernels", " , ", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "--kernels" in result.output and "expected comma-separated kernel names" in result.output
+
+
+def test_warnings_are_one_line_without_source(runner, monkeypatch):
+    import warnings
+
+    from moegen.spec import load_model
+
+    def spec_that_warns(*args):
+        warnings.warn("a warning\nover two lines", RuntimeWarning)
+        return load_model("gpt-oss-20b")
+
+    monkeypatch.setattr(cli, "_spec", spec_that_warns)
+    result = runner.invoke(cli.main, ["bench", "--model", "gpt-oss-20b", "--tokens", "abc"])
+    one_line_error(result, "--tokens")
+    assert "Warning: a warning over two lines" in result.output.splitlines()
+    assert ".py:" not in result.output and "warnings.warn" not in result.output
+

@@ -58,6 +58,23 @@ def test_cli_writes_a_spec_that_loads(tmp_path):
     assert model_from_dict(yaml.safe_load(printed.output)).to_dict() == spec.to_dict()
 
 
+def test_spec_names_and_header_from_any_config_path(tmp_path, monkeypatch):
+    """Named by the model directory however the path is written; a path with a newline stays in the comment."""
+    model_dir = tmp_path / "My Model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text((CONFIGS / "gpt-oss-20b.json").read_text())
+    monkeypatch.chdir(model_dir)
+    for path in ("config.json", "./config.json", "../My Model/config.json"):
+        assert spec_from_config(path).name == "my-model", path
+    odd = tmp_path / "p\nq"
+    odd.mkdir()
+    (odd / "config.json").write_text((CONFIGS / "gpt-oss-20b.json").read_text())
+    out = tmp_path / "odd.yaml"
+    result = CliRunner().invoke(cli.main, ["spec", "--from-config", str(odd / "config.json"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert load_model(out).name == "p-q" and "'" in out.read_text().splitlines()[0]
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(model_type="llama"), "field 'model_type' = 'llama': expected one of 'deepseek_v4'"),
     (dict(scoring_func="softmax"), "field 'scoring_func' = 'softmax': expected one of 'sqrtsoftplus'"),
@@ -68,6 +85,8 @@ def test_cli_writes_a_spec_that_loads(tmp_path):
     (dict(n_routed_experts=-256), "field 'n_routed_experts' (the spec's num_experts) = -256: expected an integer >= 1"),
     (dict(num_experts_per_tok=300), "field 'num_experts_per_tok' (the spec's router.top_k) = 300: expected an integer <= 32"),
     (dict(swiglu_limit=-1.0), "field 'swiglu_limit' (the spec's activation.limit) = -1.0: expected"),
+    (dict(swiglu_limit=10 ** 400), "field 'swiglu_limit' (the spec's activation.limit) = <an integer of 1329 bits>: "
+                                   "expected a finite number"),
 ])
 def test_bad_configs_are_one_line_errors(tmp_path, change, message):
     config = json.loads((CONFIGS / "deepseek-v4-flash.json").read_text())

@@ -253,6 +253,15 @@ def test_unknown_name_lists_known_ones():
         assert known_name in msg
 
 
+def test_spec_files_are_found_by_any_path_or_suffix(tmp_path, monkeypatch):
+    text = (CONFIG_DIR / "models" / "gpt-oss-20b.yaml").read_text()
+    monkeypatch.chdir(tmp_path)
+    for name in ("S.YAML", "spec.txt", "gpt-oss-20b"):  # a file here beats nothing; a shipped name stays the model
+        (tmp_path / name).write_text(text.replace("name: gpt-oss-20b", "name: mine"))
+    assert load_model("./S.YAML").name == load_model("S.YAML").name == load_model("spec.txt").name == "mine"
+    assert load_model("gpt-oss-20b").name == "gpt-oss-20b"
+
+
 def test_duplicate_keys_are_an_error(tmp_path):
     path = write(tmp_path, "name: tiny\nnum_experts: 8\nnum_experts: 16\nhidden_size: 256\n")
     with pytest.raises(SpecError) as excinfo:

@@ -409,7 +409,7 @@ def test_w4a8_space_is_its_own_family(model):
     spec = load_model(model).with_activations("fp8")
     fp8 = get_arch("sm90", "fp8")
     space = fp8.candidate_configs(spec)
-    assert space and all(c.fp8 and c.block_k in (128, 256) for c in space)
+    assert space and all(c.fp8 and c.block_k == 128 for c in space)  # one promotion interval: batch invariance
     assert all(c.fp8 for c in fp8.fallback_configs(spec)) and len(fp8.fallback_configs(spec)) >= 2
     # the bf16 policy refuses fp8 configs and the other way round, naming why
     bf16_cfg = get_arch("sm90").fallback_configs(load_model(model))[0]

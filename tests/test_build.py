@@ -153,7 +153,7 @@ def test_generator_edit_changes_the_library_not_the_objects(tmp_path):
 def test_included_files_follow_quoted_includes_transitively():
     deps = build.included_files('#include <cuda.h>\n#include "moegen/sm90/grouped_gemm.cuh"\n', render.INCLUDE_DIR, {})
     assert {"moegen/sm90/grouped_gemm.cuh", "moegen/sm90/epilogue.cuh", "moegen/sm90/mxfp4_convert.cuh",
-            "moegen/activation.cuh", "moegen/common.cuh", "moegen/gemm_params.cuh", "moegen/pdl.cuh",
+            "moegen/activation.cuh", "moegen/common.cuh", "moegen/sm90/gemm_params.cuh", "moegen/pdl.cuh",
             "moegen/progress.cuh"} == set(deps)
     with pytest.raises(BuildError, match='"moegen/nope.cuh"'):
         build.included_files('#include "moegen/nope.cuh"\n', render.INCLUDE_DIR, {})
@@ -712,3 +712,12 @@ def test_objects_and_the_library_reach_the_disk_before_the_manifest_names_them(t
         i = events.index(("replace", str(store / c.obj)))
         assert any(e[0] == "fsync" and Path(e[1]).name.startswith(f".{c.obj}.") and ".log" not in e[1]
                    and ".sha256" not in e[1] for e in events[:i]), c.obj
+
+
+def test_a_bad_object_store_leaves_no_output_directory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = dataclasses.replace(plan(out_root=tmp_path / "out"), store=blocker / "objs")
+    with pytest.raises(build.BuildError, match="object store"):
+        build.run_build(p, jobs=1, log=lambda m: None)
+    assert not (tmp_path / "out").exists()

@@ -20,18 +20,18 @@ from moegen.spec import model_from_dict
 pytestmark = pytest.mark.nvcc
 
 
-def _have_nvcc() -> bool:
-    if shutil.which("nvcc"):
-        return True
+def _toolchain_error() -> str | None:
+    """Why the build cannot find its toolchain (it looks through cuda-python, not PATH), or None."""
+    from moegen.build import find_toolchain
     try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-        return bool(find_nvidia_binary_utility("nvcc"))
-    except Exception:
-        return False
+        find_toolchain()
+    except BuildError as e:
+        return str(e)
+    return None
 
 
-if not _have_nvcc():
-    pytest.skip("nvcc not found (PATH or cuda.pathfinder)", allow_module_level=True)
+if _toolchain_error() is not None:
+    pytest.skip(f"no toolchain: {_toolchain_error()}", allow_module_level=True)
 
 TINY_DICT = {"name": "tiny", "num_experts": 8, "hidden_size": 256, "intermediate_size": 128,
              "router": {"kind": "softmax_topk", "top_k": 2}, "activation": {"kind": "swiglu"}}

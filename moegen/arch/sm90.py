@@ -143,7 +143,7 @@ SERIALIZED_WGMMA_TILES = MappingProxyType({(64, 32, 64): 74})
 PERSISTENT_MAX_K_TILES = 12
 # W4A8 loops over tiles only up to 6 K tiles: at 12 ptxas spilled the promotion's second accumulator
 # set (gpt-oss-20b --tp 2's GEMM2: m64n32k128s4 176 B, m128n128k128s4 280 B); at 6 (Qwen3-30B-A3B's
-# GEMM2, K = 768) m128n128k128s6 compiled spill-free and was 2-4 % faster from T = 1024 than the
+# GEMM2, K = 768) m128n128k128s6 compiled spill-free and was 3.0-4.2 % faster from T = 1024 than the
 # one-CTA-per-tile s4 it replaced (H200).
 PERSISTENT_MAX_K_TILES_FP8 = 6
 # W4A8 kernels may also loop over tiles with a long K loop (the config's tile_loop), every tile at the
@@ -214,9 +214,9 @@ RULES: tuple[Rule, ...] = (
      "for fp8): prepared atoms end there",
      k_loop_ends_on_a_step),
     ("shared memory per CTA is at most 227 KiB on SM90", lambda c, s: smem_bytes(c) <= SMEM_LIMIT),
-    ("consumer accumulators + A fragments must leave registers for the widening (255 per thread with one "
-     "consumer warpgroup, 224 after setmaxnreg with two: 192 compiled spill-free at m256n128k64 and m256n64k128), "
-     "or ptxas spills",
+    ("consumer accumulators + A fragments take at most 200 registers per thread with one consumer warpgroup "
+     "(of 255) and 192 with two (of 224 after setmaxnreg; m256n128k64 and m256n64k128 compiled spill-free at "
+     "192): the widening needs the rest, or ptxas spills",
      lambda c, s: accumulator_registers(c) + a_fragment_registers(c) <= (200 if c.block_m == 64 else 192)),
     ("prefetch distance (stages-2) beyond the K loop only wastes shared memory",
      lambda c, s: c.stages - 2 <= max(1, k_tiles(c, s))),

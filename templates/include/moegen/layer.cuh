@@ -236,11 +236,7 @@ int run_routing(RoutingParams& rp, const RoutingWorkspace<P>& ws, int bn1, int b
 template <class P, class Source>
 int run_layer(RoutingParams rp, const typename Pipeline<P>::Workspace& ws, const moegen_weights& w,
               const void* hidden, void* out, const KernelEntry& gemm1, const KernelEntry& gemm2, cudaStream_t stream) {
-  if constexpr (P::kFp8Activations) {  // (the sm90 pipeline's workspace: only it has W4A8)
-    rp.hidden = static_cast<const __nv_bfloat16*>(hidden);
-    rp.hidden_q = ws.x_q;
-    rp.hidden_scale = ws.x_scale;
-  }
+  Pipeline<P>::bind_routing(rp, ws, hidden);
   if (int rc = run_routing<P, Source>(rp, ws.routing, gemm1.block_n, gemm2.block_n, stream)) return rc;
   return Pipeline<P>::run(rp, ws, w, hidden, out, gemm1, gemm2, LayerOutput::kTokenSums, stream);
 }

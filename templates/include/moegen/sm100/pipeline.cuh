@@ -54,6 +54,9 @@ struct Pipeline {
     uint8_t* scratch2;
   };
 
+  // Nothing for the routing kernel to write: this pipeline quantizes its GEMMs' rows itself.
+  static void bind_routing(RoutingParams&, const Workspace&, const void*) {}
+
   static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
     Workspace dummy;
     Workspace& w = ws ? *ws : dummy;

@@ -9,7 +9,7 @@
 #include <cute/tensor.hpp>
 
 #include "moegen/activation.cuh"
-#include "moegen/gemm_params.cuh"
+#include "moegen/sm90/gemm_params.cuh"
 
 namespace moegen::sm90 {
 

@@ -1,5 +1,5 @@
-// Arguments of one grouped-GEMM launch, and the launch function every arch's GEMM kernel exports:
-// shared by the kernels and the layer's host code, which includes this rather than a mainloop.
+// Arguments of one SM90 grouped-GEMM launch, and the launch function its GEMM kernels export (SM100's:
+// sm100/gemm_args.h): shared by the kernels and the layer's host code, which includes this rather than a mainloop.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "moegen/common.cuh"
-#include "moegen/gemm_params.cuh"
+#include "moegen/sm90/gemm_params.cuh"
 #include "moegen/pdl.cuh"
 #include "moegen/progress.cuh"
 #include "moegen/sm90/epilogue.cuh"
@@ -168,7 +168,7 @@ struct GroupedGemm {
   // instantiated once per width.  An expert's last tile pads half a step on average: 256-wide BF16
   // tiles step by 32 (8 widths), which made gpt-oss-120b 2.3 % faster at T = 4096 (~128 rows per
   // expert) than steps of 64; 8 widths gained nothing measurable on 64- and 128-wide tiles (H200,
-  // docs/benchmarks.md, "Narrower widths for an expert's last tile").  The persistent tile loop keeps
+  // lab/findings.md, "Narrower widths for an expert's last tile").  The persistent tile loop keeps
   // 4: ptxas holds every instantiation's addresses live across its tiles.  W4A8 keeps 4 until measured.
   static constexpr int kNWidths = BN > 128 && !kFp8 && !kPersistent ? 8 : 4;
   static constexpr int kNStep = BN / kNWidths > 8 ? BN / kNWidths : 8;

@@ -6,7 +6,7 @@
 // scales.  The layer's translation unit includes this after moegen/layer.cuh.
 #pragma once
 #include "moegen/finalize.cuh"
-#include "moegen/gemm_params.cuh"
+#include "moegen/sm90/gemm_params.cuh"
 #include "moegen/layer.cuh"
 #include "moegen/quantize.cuh"
 
@@ -25,6 +25,15 @@ struct Pipeline {
   };
 
   // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
+  // What the routing kernel writes for this pipeline: W4A8's e4m3 hidden rows, quantized beside it.
+  static void bind_routing(RoutingParams& rp, const Workspace& ws, const void* hidden) {
+    if constexpr (P::kFp8Activations) {
+      rp.hidden = static_cast<const __nv_bfloat16*>(hidden);
+      rp.hidden_q = ws.x_q;
+      rp.hidden_scale = ws.x_scale;
+    }
+  }
+
   static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
     Workspace dummy;
     Workspace& w = ws ? *ws : dummy;

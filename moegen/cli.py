@@ -216,8 +216,9 @@ def main() -> None:
 @click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="target GPU architecture")
 @_with_split
 @click.option("--kernels", default="default", show_default=True,
-              help="'default' (the kernels the shipped dispatch tables pick), 'all' (the whole tuning space), "
-                   "'shortlist' (the tiles worth timing first), or comma-separated kernel names")
+              help="'default' (the kernels the shipped dispatch tables pick, and your tables under OUT/dispatch), "
+                   "'all' (the whole tuning space), 'shortlist' (the tiles worth timing first), or comma-separated "
+                   "kernel names")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="parallel nvcc processes (default: CPU count)")
 @_out_option
 @click.option("--objects", "store", type=_PathArg(), default=None,
@@ -226,9 +227,10 @@ def main() -> None:
 def build(model, arch, tp_size, ep_size, ep_rank, activations, kernels, jobs, out_root, store) -> None:
     """Render, compile and link the layer for MODEL into OUT/<variant>/<arch>/."""
     from .build import build as run
+    from .dispatch import user_dir
     from .kernel_sets import resolve_kernels
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
-    configs = resolve_kernels(spec, arch, kernels)
+    configs = resolve_kernels(spec, arch, kernels, user_root=user_dir(out_root))
     result = run(spec, arch, configs, out_root, jobs=jobs, log=lambda m: click.echo(m, err=True), store=store)
     click.echo(str(result.plan.out_dir))
 

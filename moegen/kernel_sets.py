@@ -1,6 +1,7 @@
 """Which kernels a build compiles: 'default' (the shipped dispatch tables' picks for this problem on
 any GPU of the arch; the arch's fallback kernels when no table covers it, and added to the picks
-when a table is partial, for the token counts beyond its last bucket), 'all' (the arch's
+when a table is partial, for the token counts beyond its last bucket; and the picks of the user's
+own tables under the output root, which `moegen tune` wrote), 'all' (the arch's
 whole config space, for tuning), 'shortlist' (the arch's tiles worth timing first: a quicker tune)
 or a comma-separated list of canonical names."""
 from __future__ import annotations
@@ -12,21 +13,27 @@ from .problem import ProblemKey
 from .spec import ModelSpec
 
 
-def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
+def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR, user_root=None) -> list[KernelConfig]:
+    """user_root: the user's tables (`<out>/dispatch`), which the runtime consults before the shipped ones."""
     policy = get_arch(arch, spec.activations)
-    picked, partial = table_kernels(arch, ProblemKey.of(spec), shipped_root,
-                                    check=lambda c: policy.check_configs(spec, [c]))
+    problem, check = ProblemKey.of(spec), (lambda c: policy.check_configs(spec, [c]))
+    picked, partial = table_kernels(arch, problem, shipped_root, check=check)
     fallback = policy.fallback_configs(spec)
     if not picked:
-        return fallback
-    return sorted(set(picked) | set(fallback)) if partial else picked
+        kernels = fallback
+    else:
+        kernels = sorted(set(picked) | set(fallback)) if partial else picked
+    tuned = table_kernels(arch, problem, user_root, check=check)[0] if user_root is not None else []
+    # beyond a partial user table the shipped table answers, and the kernels above cover it
+    return sorted(set(kernels) | set(tuned)) if tuned else kernels
 
 
-def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPPED_DIR) -> list[KernelConfig]:
+def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPPED_DIR,
+                    user_root=None) -> list[KernelConfig]:
     """ValueError for an unknown arch, a malformed name or a kernel of another arch."""
     policy = get_arch(arch, spec.activations)
     if kernels == "default":
-        return default_kernels(spec, arch, shipped_root)
+        return default_kernels(spec, arch, shipped_root, user_root)
     if kernels == "all":
         return policy.candidate_configs(spec)
     if kernels == "shortlist":

@@ -306,3 +306,38 @@ def test_warnings_are_one_line_without_source(runner, monkeypatch):
     assert "Warning: a warning over two lines" in result.output.splitlines()
     assert ".py:" not in result.output and "warnings.warn" not in result.output
 
+
+
+def test_default_build_adds_the_picks_of_the_users_tables(runner, monkeypatch, tmp_path):
+    """After `moegen tune`, `moegen build` (default kernels) keeps what the user's table picks."""
+    import json
+
+    from moegen import build
+    from moegen.dispatch import GpuInfo, table_path, user_dir
+    from moegen.kernel_sets import default_kernels
+    from moegen.problem import ProblemKey
+    from moegen.tune import make_table
+
+    spec = load_model("gpt-oss-20b")
+    shipped = default_kernels(spec, "sm90")
+    space = [k for k in get_arch("sm90").candidate_configs(spec) if k not in shipped]
+    g1 = next(k for k in space if k.gemm == "gemm1")
+    g2 = next(k for k in space if k.gemm == "gemm2")
+    gpu = GpuInfo(name="NVIDIA H100 80GB HBM3", sm_count=132, driver="580", cuda="13.0")
+    table = make_table(spec, "sm90", gpu, [g1, g2], {1: (0, 1, 10.0), 16384: (0, 1, 900.0)}, [])
+    path = table_path(user_dir(tmp_path), "sm90", gpu, ProblemKey.of(spec))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(table))
+    seen = {}
+
+    def fake_build(spec, arch, configs, root, jobs=None, log=print, store=None):
+        seen.update(configs=configs)
+        return build.BuildResult(plan=type("P", (), {"out_dir": root / spec.variant / arch})())
+
+    monkeypatch.setattr(build, "build", fake_build)
+    result = runner.invoke(cli.main, ["build", "--model", "gpt-oss-20b", "--arch", "sm90", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert set(seen["configs"]) == set(shipped) | {g1, g2}
+    path.write_text("{")  # a broken user table is named, not skipped
+    result = runner.invoke(cli.main, ["build", "--model", "gpt-oss-20b", "--arch", "sm90", "--out", str(tmp_path)])
+    one_line_error(result, str(path))

@@ -45,10 +45,15 @@ def test_the_published_values(model, fields):
     assert {k: config[k] for k in fields} == fields
 
 
+def model_dir_with(path, model: str):
+    """A model directory at path holding the published config.json of a shipped model."""
+    path.mkdir()
+    (path / "config.json").write_text((CONFIGS / f"{model}.json").read_text())
+    return path
+
+
 def test_cli_writes_a_spec_that_loads(tmp_path):
-    model_dir = tmp_path / "DeepSeek-V4-Flash"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text((CONFIGS / "deepseek-v4-flash.json").read_text())
+    model_dir = model_dir_with(tmp_path / "DeepSeek-V4-Flash", "deepseek-v4-flash")
     out = tmp_path / "spec.yaml"
     result = CliRunner().invoke(cli.main, ["spec", "--from-config", str(model_dir / "config.json"), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -60,15 +65,10 @@ def test_cli_writes_a_spec_that_loads(tmp_path):
 
 def test_spec_names_and_header_from_any_config_path(tmp_path, monkeypatch):
     """Named by the model directory however the path is written; a path with a newline stays in the comment."""
-    model_dir = tmp_path / "My Model"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text((CONFIGS / "gpt-oss-20b.json").read_text())
-    monkeypatch.chdir(model_dir)
+    monkeypatch.chdir(model_dir_with(tmp_path / "My Model", "gpt-oss-20b"))
     for path in ("config.json", "./config.json", "../My Model/config.json"):
         assert spec_from_config(path).name == "my-model", path
-    odd = tmp_path / "p\nq"
-    odd.mkdir()
-    (odd / "config.json").write_text((CONFIGS / "gpt-oss-20b.json").read_text())
+    odd = model_dir_with(tmp_path / "p\nq", "gpt-oss-20b")
     out = tmp_path / "odd.yaml"
     result = CliRunner().invoke(cli.main, ["spec", "--from-config", str(odd / "config.json"), "-o", str(out)])
     assert result.exit_code == 0, result.output

@@ -87,6 +87,37 @@ def test_bf16_router_logits(variant, T):
     check(variant, T, bf16_logits=True)
 
 
+@pytest.mark.parametrize("T", (5, 40))  # one-block | many-block routing
+@pytest.mark.parametrize("variant", ["deepseek-v3", "deepseek-v4-flash"])  # sigmoid | sqrt-softplus, renormalized
+def test_tokens_whose_scores_underflow_get_zero_weights(variant, T):
+    """A token whose every logit is far below zero has fp32 scores of 0: zero weights and a zero row,
+    as the published models' own fp32 routing gives (and hash_route's clamp), not 0 / 0.  The other
+    tokens are unaffected."""
+    layer, w = _layer(variant)
+    x = random_inputs(layer.spec, T, "cuda", _SEED + 11 * T + 3)
+    logits = x.logits.clone()
+    logits[1::2] = -200.0
+    res = layer(x.hidden, logits, w.prepared, x.score_bias, poison=True)
+    torch.cuda.synchronize()
+    assert torch.isfinite(res.out).all() and torch.isfinite(res.topk_weights).all()
+    assert (res.topk_weights[1::2] == 0).all() and (res.out[1::2] == 0).all()
+    assert (res.topk_weights[0::2] > 0).all()
+    whole = layer(x.hidden, x.logits, w.prepared, x.score_bias, poison=True)
+    assert torch.equal(res.out[0::2], whole.out[0::2])  # batch invariance: the same rows, bit for bit
+
+
+def test_signed_zero_logits_tie_and_the_lower_expert_wins():
+    """gpt-oss selects on raw logits: -0 and +0 are equal there, as in the reference router."""
+    layer, w = _layer("gpt-oss-20b")
+    x = random_inputs(layer.spec, 1, "cuda", _SEED + 5)
+    logits = torch.full_like(x.logits, -1.0)
+    logits[0, [1, 2, 3]] = 1.0
+    logits[0, 5], logits[0, 9] = -0.0, 0.0  # top-4: experts 1, 2, 3 and the lower of the tied pair
+    res = layer(x.hidden, logits, w.prepared, x.score_bias, poison=True)
+    assert torch.sort(res.topk_ids.long(), dim=1).values.tolist() == [[1, 2, 3, 5]]
+    assert torch.sort(reference.route(layer.spec, logits, x.score_bias).ids, dim=1).values.tolist() == [[1, 2, 3, 5]]
+
+
 @pytest.mark.parametrize("variant", ["deepseek-v4-flash", "gpt-oss-20b-tp2"])
 def test_every_kernel_is_correct(variant):
     """Each built kernel, not just the one the dispatch picks, at a decode and a prefill size."""

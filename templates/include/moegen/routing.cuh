@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
+#include <float.h>
 
 #include "moegen/common.cuh"
 #include "moegen/pdl.cuh"
@@ -81,7 +82,8 @@ __device__ __forceinline__ float load_logit(const __nv_bfloat16* p) {
 // index holding it: ties go to the lower index, as in the reference) instead of five dependent
 // rounds of two shuffles.
 __device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  uint32_t u = __float_as_uint(f);
+  u = u == 0x80000000u ? 0u : u;  // -0 ties with +0, as in the reference (the lower index wins)
   return u ^ ((u & 0x80000000u) ? 0xffffffffu : 0x80000000u);
 }
 __device__ __forceinline__ float key_value(uint32_t k) {
@@ -272,7 +274,9 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
     float z = warp_sum(ex);
     my_w = ex / z;
   } else if (P::kRenormalize) {
-    my_w = my_w / wsum;
+    // Scores of logits below about -88 (sigmoid) or -104 (sqrt-softplus) are 0 in fp32: such a token
+    // gets zero weights, not 0 / 0 (moegen.routing.hash_route clamps alike).  Other sums are unchanged.
+    my_w = my_w / fmaxf(wsum, FLT_MIN);
   }
   my_w *= P::kScaling;
   if (lane >= K) return Choice{-1, 0.f, -1};

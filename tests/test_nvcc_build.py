@@ -299,3 +299,23 @@ def test_compile_failure_names_kernel(tmp_path, monkeypatch):
     objs = {p.name for p in (tmp_path / ".objects").glob("*.o")}
     assert len(objs) == 3  # the good GEMM kernel, the layer and build_info; not the broken one
     assert any(f"{broken}: FAILED" in m for m in logs)
+
+
+def test_c_abi_refuses_null_and_misaligned_tensors_before_any_launch(lib):
+    """A C caller (no moegen.runtime in front) gets an error naming the pointer, not a device fault."""
+    import ctypes
+    workspace = ctypes.create_string_buffer(lib.workspace_bytes(4) + 256)
+    aligned = (ctypes.addressof(workspace) + 255) // 256 * 256
+    weights = binding.Weights(*([4096] * 3), None, *([4096] * 3), None)  # never read: the checks come first
+    base = dict(num_tokens=4, logits_dtype=0, weights=weights, hidden=4096, router_logits=4096, out=4096,
+                topk_ids=4096, topk_weights=4096, workspace=aligned, workspace_bytes=lib.workspace_bytes(4))
+    for change, message in ((dict(hidden=None), "hidden: NULL"), (dict(out=4104), "out at 0x1008: expected 16-byte"),
+                            (dict(topk_ids=None), "topk_ids: NULL"), (dict(reserved=1), "reserved = 1: expected 0")):
+        args = binding.Args(**{**base, **change})
+        assert lib.dll.moegen_forward(ctypes.byref(args), 0, 1, None) != 0
+        assert message in lib.last_error(), (change, lib.last_error())
+    experts = binding.ExpertsArgs(num_tokens=4, ids_dtype=1, weights=weights, hidden=4096, topk_ids=4100,
+                                  topk_weights=4096, out=4096, workspace=aligned,
+                                  workspace_bytes=lib.workspace_bytes(4))
+    assert lib.dll.moegen_forward_experts(ctypes.byref(experts), 0, 1, None) != 0
+    assert "topk_ids at 0x1004: expected 8-byte" in lib.last_error()

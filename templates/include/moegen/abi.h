@@ -34,7 +34,7 @@ typedef struct moegen_args {
   int64_t num_tokens;             // at most moegen_max_tokens()
   int32_t logits_dtype;           // MOEGEN_LOGITS_*
   int32_t reserved;               // 0
-  const void* hidden;             // bf16 [T, hidden]
+  const void* hidden;             // bf16 [T, hidden], 16-byte aligned (as out)
   const void* router_logits;      // f32|bf16 [T, num_experts] (all experts, not just the local ones)
   const float* score_bias;        // f32 [num_experts], or NULL when the router takes none
   moegen_weights weights;
@@ -52,7 +52,7 @@ typedef struct moegen_experts_args {
   int64_t num_tokens;             // at most moegen_max_tokens()
   int32_t ids_dtype;              // MOEGEN_IDS_*
   int32_t reserved;               // 0
-  const void* hidden;             // bf16 [T, hidden]
+  const void* hidden;             // bf16 [T, hidden], 16-byte aligned (as out)
   const void* topk_ids;           // int32|int64 [T, top_k] global expert ids
   const float* topk_weights;      // f32 [T, top_k]
   const int32_t* expert_map;      // int32 [num_experts]: global id -> local id, -1 if not on this rank;
@@ -73,7 +73,7 @@ typedef struct moegen_experts_args {
 typedef struct moegen_batched_args {
   int64_t num_tokens;                // tokens the dispatch carried over all ranks: at most num_tokens x top_k rows
   int64_t max_tokens_per_expert;     // M: hidden and out are [E_local, M, hidden]
-  const void* hidden;                // bf16 [E_local, M, hidden]
+  const void* hidden;                // bf16 [E_local, M, hidden], 16-byte aligned (as out)
   const int32_t* expert_num_tokens;  // int32 [E_local]
   moegen_weights weights;
   void* out;                         // bf16 [E_local, M, hidden]

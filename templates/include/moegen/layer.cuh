@@ -182,6 +182,15 @@ size_t workspace_bytes_batched(int64_t num_tokens, int64_t max_tokens_per_expert
   return workspace_bytes<P>(batched_tokens(num_tokens, max_tokens_per_expert, P::kLocalExperts, P::kTopK));
 }
 
+// A tensor the call reads or writes when it has tokens: not NULL, and aligned to `alignment` bytes
+// (hidden and out rows move in 16-byte vectors).  Returns 0, or fail()'s code.
+inline int check_pointer(const char* name, const void* p, int alignment) {
+  if (!p) return fail(-1, "%s: NULL", name);
+  if (reinterpret_cast<uintptr_t>(p) % alignment)
+    return fail(-1, "%s at %p: expected %d-byte alignment (the kernels' loads need it)", name, p, alignment);
+  return 0;
+}
+
 // Checks shared by the entry points; carves `ws`.  Returns 0, or fail()'s code.
 template <class P>
 int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, size_t workspace_bytes_given,
@@ -193,9 +202,10 @@ int check_call(int64_t num_tokens, const moegen_weights& w, void* workspace, siz
   if (k2 < 0 || k2 >= num_kernels || kernels[k2].gemm != 2)
     return fail(-1, "gemm2_kernel = %d: expected the index of a gemm2 kernel (0..%d)", k2, num_kernels - 1);
   const int bn1 = kernels[k1].block_n, bn2 = kernels[k2].block_n;
-  if (bn1 <= 0 || (bn1 & (bn1 - 1)) || bn2 <= 0 || (bn2 & (bn2 - 1)))  // the schedule divides by shifting
-    return fail(-1, "kernels %s / %s: block_n %d / %d, expected powers of two", kernels[k1].name, kernels[k2].name,
-                bn1, bn2);
+  // the schedule divides by shifting; the workspace's work-tile arrays are sized for kMinBlockN
+  if (bn1 < kMinBlockN || (bn1 & (bn1 - 1)) || bn2 < kMinBlockN || (bn2 & (bn2 - 1)))
+    return fail(-1, "kernels %s / %s: block_n %d / %d, expected powers of two >= %d", kernels[k1].name,
+                kernels[k2].name, bn1, bn2, kMinBlockN);
   if (!w.w13 || !w.w13_scales || !w.w13_expert_scale || !w.w2 || !w.w2_scales || !w.w2_expert_scale)
     return fail(-1, "weights: a weight, scale or expert-scale pointer is NULL");
   if ((P::kBias13 && !w.b13) || (P::kBias2 && !w.b2))
@@ -251,7 +261,13 @@ int forward(const moegen_args& a, const KernelEntry* kernels, int num_kernels, i
     return fail(-1, "logits_dtype = %d: expected MOEGEN_LOGITS_F32 or MOEGEN_LOGITS_BF16", a.logits_dtype);
   if (P::kScoreBias && !a.score_bias)
     return fail(-1, "this router selects with a per-expert score bias: score_bias is required");
+  if (a.reserved != 0) return fail(-1, "reserved = %d: expected 0", a.reserved);
   if (a.num_tokens == 0) return 0;
+  if (int rc = check_pointer("hidden", a.hidden, 16)) return rc;
+  if (int rc = check_pointer("out", a.out, 16)) return rc;
+  if (int rc = check_pointer("router_logits", a.router_logits, a.logits_dtype == MOEGEN_LOGITS_F32 ? 4 : 2)) return rc;
+  if (int rc = check_pointer("topk_ids", a.topk_ids, 4)) return rc;
+  if (int rc = check_pointer("topk_weights", a.topk_weights, 4)) return rc;
   RoutingParams rp{};
   rp.logits = a.router_logits;
   rp.score_bias = a.score_bias;
@@ -273,7 +289,12 @@ int forward_experts(const moegen_experts_args& a, const KernelEntry* kernels, in
     return rc;
   if (a.ids_dtype != MOEGEN_IDS_I32 && a.ids_dtype != MOEGEN_IDS_I64)
     return fail(-1, "ids_dtype = %d: expected MOEGEN_IDS_I32 or MOEGEN_IDS_I64", a.ids_dtype);
+  if (a.reserved != 0) return fail(-1, "reserved = %d: expected 0", a.reserved);
   if (a.num_tokens == 0) return 0;
+  if (int rc = check_pointer("hidden", a.hidden, 16)) return rc;
+  if (int rc = check_pointer("out", a.out, 16)) return rc;
+  if (int rc = check_pointer("topk_ids", a.topk_ids, a.ids_dtype == MOEGEN_IDS_I32 ? 4 : 8)) return rc;
+  if (int rc = check_pointer("topk_weights", a.topk_weights, 4)) return rc;
   RoutingParams rp{};
   rp.ids_in = a.topk_ids;
   rp.weights_in = a.topk_weights;
@@ -300,6 +321,10 @@ int forward_batched(const moegen_batched_args& a, const KernelEntry* kernels, in
   typename Pipeline<P>::Workspace ws;  // that of T tokens: workspace_bytes_batched(num_tokens, M)
   if (int rc = check_call<P>(T, a.weights, a.workspace, a.workspace_bytes, kernels, num_kernels, k1, k2, ws)) return rc;
   if (!a.expert_num_tokens) return fail(-1, "expert_num_tokens: NULL");
+  if (M > 0) {  // rows to read and write, or to fill with NaN
+    if (int rc = check_pointer("hidden", a.hidden, 16)) return rc;
+    if (int rc = check_pointer("out", a.out, 16)) return rc;
+  }
   if (T == 0) {  // no tokens (or M = 0, where the counts clamp to 0): the rows the counts name are past the bound
     if (M > 0) {
       nan_named_rows_kernel<P><<<P::kLocalExperts, 256, 0, stream>>>(a.expert_num_tokens, int(M),

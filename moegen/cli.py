@@ -291,12 +291,14 @@ def tune(model, arch, tp_size, ep_size, ep_rank, activations, buckets, kernels, 
     """Time the kernels per token-count bucket on this GPU; write its dispatch table."""
     import torch
 
+    from .dispatch import user_dir
     from .kernel_sets import resolve_kernels
     from .tune import tune_model
     _writable_dir_target("--table-root", table_root)
     spec = _spec(model, tp_size, ep_size, ep_rank, activations)
     bucket_list = _token_counts("--buckets", buckets, spec, minimum=1)
-    configs = None if kernels is None and no_build else resolve_kernels(spec, arch, kernels or "all")
+    configs = None if kernels is None and no_build else resolve_kernels(
+        spec, arch, "all" if kernels is None else kernels, user_root=table_root or user_dir(out_root))
     if not torch.cuda.is_available():
         raise click.ClickException("no CUDA GPU visible to PyTorch: `moegen tune` times kernels on the GPU it "
                                    "tunes for (build with `moegen build --kernels all` anywhere)")

@@ -192,17 +192,25 @@ def table_kernels(arch: str, problem: ProblemKey, root: Path = SHIPPED_DIR,
     check: raises ValueError for a kernel the build cannot take; the error then names the table."""
     names, partial = set(), False
     for path in shipped_tables(arch, problem, root):
-        table = read_table(path)
-        partial = partial or is_partial(table)
-        for b in table["buckets"]:
-            for gemm in ("gemm1", "gemm2"):
-                try:
-                    if check is not None:
-                        check(parse_kernel_name(b[gemm]))
-                except ValueError as e:
-                    raise DispatchError(f"{path}: bucket tokens={b['tokens']} {gemm} {b[gemm]!r}: {e}") from None
-                names.add(b[gemm])
+        picks, table_partial = table_picks(path, check)
+        names |= picks
+        partial = partial or table_partial
     return sorted(parse_kernel_name(n) for n in names), partial
+
+
+def table_picks(path: Path, check: Callable[[KernelConfig], None] | None = None) -> tuple[set[str], bool]:
+    """One table's picked kernel names and whether it is partial; DispatchError names the table."""
+    table = read_table(path)
+    names = set()
+    for b in table["buckets"]:
+        for gemm in ("gemm1", "gemm2"):
+            try:
+                if check is not None:
+                    check(parse_kernel_name(b[gemm]))
+            except ValueError as e:
+                raise DispatchError(f"{path}: bucket tokens={b['tokens']} {gemm} {b[gemm]!r}: {e}") from None
+            names.add(b[gemm])
+    return names, is_partial(table)
 
 
 def _versions_note(path: Path, table: dict, gpu: GpuInfo) -> str:

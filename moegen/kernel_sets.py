@@ -6,8 +6,10 @@ whole config space, for tuning), 'shortlist' (the arch's tiles worth timing firs
 or a comma-separated list of canonical names."""
 from __future__ import annotations
 
+import warnings
+
 from .arch import get_arch
-from .dispatch import SHIPPED_DIR, table_kernels
+from .dispatch import SHIPPED_DIR, DispatchError, shipped_tables, table_kernels, table_picks
 from .naming import KernelConfig, parse_kernel_name
 from .problem import ProblemKey
 from .spec import ModelSpec
@@ -23,9 +25,14 @@ def default_kernels(spec: ModelSpec, arch: str, shipped_root=SHIPPED_DIR, user_r
         kernels = fallback
     else:
         kernels = sorted(set(picked) | set(fallback)) if partial else picked
-    tuned = table_kernels(arch, problem, user_root, check=check)[0] if user_root is not None else []
+    tuned = set()
+    for path in shipped_tables(arch, problem, user_root) if user_root is not None else []:
+        try:
+            tuned |= table_picks(path, check)[0]
+        except DispatchError as e:  # the runtime passes over such a table too
+            warnings.warn(f"{e}; its picks are not built (tune again, or delete the table)", RuntimeWarning)
     # beyond a partial user table the shipped table answers, and the kernels above cover it
-    return sorted(set(kernels) | set(tuned)) if tuned else kernels
+    return sorted(set(kernels) | {parse_kernel_name(n) for n in tuned}) if tuned else kernels
 
 
 def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPPED_DIR,

@@ -390,7 +390,7 @@ def tune_model(spec: ModelSpec, arch: str, out_root: Path, buckets=BUCKETS, kern
         build(spec, arch, kernels, out_root, jobs=jobs, log=log)
     library = output_dir(spec, arch, out_root)
     layer = load(library, spec=spec)
-    candidates = list(layer.kernels) if kernels is None else list(kernels)
+    candidates = list(layer.kernels) if kernels is None else list(dict.fromkeys(kernels))  # each once
     index = {k.name: i for i, k in enumerate(layer.kernels)}
     missing = [k.name for k in candidates if k.name not in index]
     if missing:

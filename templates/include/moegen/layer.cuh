@@ -142,7 +142,8 @@ enum class LayerOutput { kTokenSums, kRows };
 
 // What follows routing, per arch: template <class P> struct Pipeline { struct Workspace (holding a
 // RoutingWorkspace<P> `routing`); static size_t carve(Workspace*, uint8_t* base, int num_tokens);
-// static constexpr bool kBatched (it implements LayerOutput::kRows); static int run(const
+// static void bind_routing(RoutingParams&, const Workspace&, const void* hidden) (what the routing
+// kernel writes for it); static constexpr bool kBatched (it implements LayerOutput::kRows); static int run(const
 // RoutingParams&, const Workspace&, const moegen_weights&, const void* hidden, void* out, const
 // KernelEntry& gemm1, const KernelEntry& gemm2, LayerOutput, cudaStream_t); }.
 template <class P>

@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <math.h>
-#include <float.h>
 
 #include "moegen/common.cuh"
 #include "moegen/pdl.cuh"
@@ -274,9 +273,9 @@ __device__ Choice route_token(const RoutingParams& rp, int t, int warp, int lane
     float z = warp_sum(ex);
     my_w = ex / z;
   } else if (P::kRenormalize) {
-    // Scores of logits below about -88 (sigmoid) or -104 (sqrt-softplus) are 0 in fp32: such a token
-    // gets zero weights, not 0 / 0 (moegen.routing.hash_route clamps alike).  Other sums are unchanged.
-    my_w = my_w / fmaxf(wsum, FLT_MIN);
+    // Scores of logits below about -88 (sigmoid) or -104 (sqrt-softplus) are 0 in fp32: a token whose
+    // chosen scores all are gets zero weights, not 0 / 0.  Any other sum, NaN included, divides as before.
+    my_w = wsum == 0.f ? 0.f : my_w / wsum;
   }
   my_w *= P::kScaling;
   if (lane >= K) return Choice{-1, 0.f, -1};

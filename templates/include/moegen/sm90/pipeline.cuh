@@ -24,7 +24,6 @@ struct Pipeline {
     float* h_scale;    // [rows]
   };
 
-  // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
   // What the routing kernel writes for this pipeline: W4A8's e4m3 hidden rows, quantized beside it.
   static void bind_routing(RoutingParams& rp, const Workspace& ws, const void* hidden) {
     if constexpr (P::kFp8Activations) {
@@ -34,6 +33,7 @@ struct Pipeline {
     }
   }
 
+  // Carves (or, with base == nullptr, measures) the workspace for num_tokens tokens.
   static size_t carve(Workspace* ws, uint8_t* base, int num_tokens) {
     Workspace dummy;
     Workspace& w = ws ? *ws : dummy;

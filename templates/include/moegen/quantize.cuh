@@ -248,26 +248,36 @@ __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_ker
 // x_progress_per_row, quantizes the row, and adds 1 to quantized_rows[e], which the next kernel waits
 // for.  Rows past offsets[kExperts] (other ranks' experts) are skipped.  The offsets predate x's
 // producer: each of its CTAs passed its own pdl_wait before this grid launched.
+//
+// This grid never waits for its own completion order (no pdl_wait), and GEMM2 waits only for the live
+// rows' counts, so the chain's end does not cover a skipped row's block.  Its offsets are therefore
+// read before the trigger: GEMM2 launches only once every block has triggered, so no block can read
+// the next call's offsets (rewritten after this call's finalize) whatever the PDL ordering between
+// grids that skip pdl_wait.
 template <int K, int kExperts>
 __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_following_kernel(
     const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ offsets,
     const unsigned long long* __restrict__ x_progress, unsigned long long x_progress_per_row,
     unsigned long long* __restrict__ quantized_rows, uint8_t* __restrict__ q, float* __restrict__ scale) {
-  pdl_launch_dependents();
   __shared__ int expert_s;
+  __shared__ unsigned long long target_s;
   const int row = int(blockIdx.x);
   if (threadIdx.x == 0) {
     int e = -1;
+    unsigned long long target = 0;
     if (row < __ldcg(offsets + kExperts)) {
       e = segment_of(offsets, kExperts, row);
-      progress_wait_until(x_progress + e, (unsigned long long)(__ldcg(offsets + e + 1) - __ldcg(offsets + e)) *
-                                              x_progress_per_row);
+      target = (unsigned long long)(__ldcg(offsets + e + 1) - __ldcg(offsets + e)) * x_progress_per_row;
     }
     expert_s = e;
+    target_s = target;
   }
-  __syncthreads();
+  __syncthreads();  // the offsets' values are in shared memory before any thread triggers
+  pdl_launch_dependents();
   const int e = expert_s;
   if (e < 0) return;  // uniform per block
+  if (threadIdx.x == 0) progress_wait_until(x_progress + e, target_s);
+  __syncthreads();
   quantize_row_e4m3_block<K>(x + long(row) * K, q + long(row) * K, scale + row);
   __syncthreads();  // every thread's stores, before the release
   if (threadIdx.x == 0) progress_release_add(quantized_rows + e, 1);

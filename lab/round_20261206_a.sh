@@ -5,6 +5,9 @@
 #   rm -rf .carry && mkdir -p .carry/whl && cp .whl/nvidia_cutlass-*.whl .carry/whl/ && git rev-parse --short HEAD > .carry/commit.txt
 #   NEW     the two new routing tests (builds the libraries they need)
 #   SUITE   the whole GPU suite; a first call on a fresh machine mostly compiles, call it again
+#   AB      4077982's quantizer trigger against the one before it (carry it as
+#           .carry/quantize_before.cuh: git show 4077982~1:templates/include/moegen/quantize.cuh),
+#           DeepSeek-V4-Flash W4A8 at T = 1-8 where the quantizer follows GEMM1, both bench orders
 set -uo pipefail
 source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}
@@ -19,5 +22,18 @@ NEW)
 SUITE)
   (timeout -k 5 ${LIMIT:-560} python3 -m pytest -m gpu tests/ -q -p no:cacheprovider 2>&1) > $D/tests-suite.txt || rc=1
   grep -E "seed|passed|failed|error|FAILED" $D/tests-suite.txt | tail -12 ;;
+AB)
+  V=deepseek-v4-flash-w4a8; M="--model deepseek-v4-flash --activations fp8"
+  rm -rf /tmp/before && mkdir -p /tmp/before && cp -r moegen templates configs pyproject.toml /tmp/before/
+  cp .carry/quantize_before.cuh /tmp/before/templates/include/moegen/quantize.cuh
+  python3 -m moegen build $M --arch sm90 --out /tmp/ab/after -j 16 > $D/build-after.txt 2>&1 || { rc=1; tail -3 $D/build-after.txt; }
+  (cd /tmp/before && PYTHONPATH=/tmp/before:/tmp/moegen-site python3 -m moegen build $M --arch sm90 --out /tmp/ab/before -j 16) \
+    > $D/build-before.txt 2>&1 || { rc=1; tail -3 $D/build-before.txt; }
+  for o in a b; do
+    if [ $o = a ]; then DD=/tmp/ab/after; C=before=/tmp/ab/before/$V/sm90; else DD=/tmp/ab/before; C=after=/tmp/ab/after/$V/sm90; fi
+    timeout -k 5 150 python3 -m moegen bench $M --out $DD --compare $C --tokens 1,2,4,8 --rounds 6 \
+      --json $D/ab-$o.json > $D/ab-$o.txt 2>&1 || rc=1
+    echo "bench $o"; grep -E " T=" $D/ab-$o.txt | cut -c1-150
+  done ;;
 esac
 exit $rc

@@ -12,7 +12,8 @@ namespace moegen {
 // if none): a token's sum depends on its own rows only, whatever else is in the batch.
 // Its launcher (sm90/pipeline.cuh) guarantees that the routing kernel, which wrote token_row, completed
 // before this kernel launched, so the rows are looked up before pdl_wait and only the GEMM2 rows'
-// loads follow it: one L2 round trip less in the chain.
+// loads follow it: one L2 round trip less in the chain.  y is read from L2 (ld.cg), not through the
+// non-coherent path that `const __restrict__` allows: GEMM2 is still writing it when this grid starts.
 template <class P>
 __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ token_row,
                                 const float* __restrict__ y, __nv_bfloat16* __restrict__ out) {
@@ -31,7 +32,7 @@ __global__ void finalize_kernel(int num_tokens, const int32_t* __restrict__ toke
     const int row = rows[k];
     if (row >= 0) {
       const float4* v = reinterpret_cast<const float4*>(y + size_t(row) * H + c);
-      const float4 lo = v[0], hi = v[1];
+      const float4 lo = __ldcg(v), hi = __ldcg(v + 1);
       const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int j = 0; j < VEC; ++j) acc[j] += b[j];
@@ -85,12 +86,12 @@ __global__ void store_rows_kernel(const int32_t* __restrict__ offsets, const int
     float v[VEC];
     if constexpr (sizeof(Row) == 4) {
       const float4* p = reinterpret_cast<const float4*>(y + size_t(r) * H + c);
-      const float4 lo = p[0], hi = p[1];
+      const float4 lo = __ldcg(p), hi = __ldcg(p + 1);  // L2: GEMM2 wrote y while this grid ran
       const float b[VEC] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int j = 0; j < VEC; ++j) v[j] = b[j];
     } else {
-      const uint4 p = *reinterpret_cast<const uint4*>(y + size_t(r) * H + c);
+      const uint4 p = __ldcg(reinterpret_cast<const uint4*>(y + size_t(r) * H + c));
       const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&p);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) v[j] = __bfloat162float(b[j]);

@@ -5,6 +5,8 @@
 #   rm -rf .carry && mkdir -p .carry/whl && cp .whl/nvidia_cutlass-*.whl .carry/whl/ && git rev-parse --short HEAD > .carry/commit.txt
 #   NEW     the two new routing tests (builds the libraries they need)
 #   SUITE   the whole GPU suite; a first call on a fresh machine mostly compiles, call it again
+#   TARGET  when the whole suite does not fit: the layer tests of both DeepSeek models (BF16, their EP
+#           ranks, the W4A8 build of V4-Flash), Qwen3's EP rank, and every test that is not per variant
 #   AB      4077982's quantizer trigger against the one before it (carry it as
 #           .carry/quantize_before.cuh: git show 4077982~1:templates/include/moegen/quantize.cuh),
 #           DeepSeek-V4-Flash W4A8 at T = 1-8 where the quantizer follows GEMM1, both bench orders
@@ -22,6 +24,11 @@ NEW)
 SUITE)
   (timeout -k 5 ${LIMIT:-560} python3 -m pytest -m gpu tests/ -q -p no:cacheprovider 2>&1) > $D/tests-suite.txt || rc=1
   grep -E "seed|passed|failed|error|FAILED" $D/tests-suite.txt | tail -12 ;;
+TARGET)
+  (timeout -k 5 ${LIMIT:-560} python3 -m pytest -m gpu tests/test_gpu_layer.py tests/test_gpu_w4a8.py -q -p no:cacheprovider \
+    -k "deepseek or qwen3-30b-a3b-ep1of4 or signed_zero or cuda_graph or hash_routed or input_checks or entry_points or batched or expert_map or dispatch_without or refuse" \
+    2>&1) > $D/tests-target.txt || rc=1
+  grep -E "seed|passed|failed|error|FAILED" $D/tests-target.txt | tail -12 ;;
 AB)
   V=deepseek-v4-flash-w4a8; M="--model deepseek-v4-flash --activations fp8"
   rm -rf /tmp/before && mkdir -p /tmp/before && cp -r moegen templates configs pyproject.toml /tmp/before/

@@ -15,6 +15,9 @@ source lab/device_env.sh || exit 1
 D=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 export MOEGEN_TEST_KERNELS=default
+# -q hides pytest's header and a timeout kills the summary, the two places the seed is printed
+export MOEGEN_TEST_SEED=${MOEGEN_TEST_SEED:-$(( (RANDOM << 15 | RANDOM) ))}
+echo "MOEGEN_TEST_SEED=$MOEGEN_TEST_SEED"
 rc=0
 case $1 in
 NEW)

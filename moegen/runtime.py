@@ -201,7 +201,7 @@ def moe_forward(handle: int, hidden: torch.Tensor, router_logits: torch.Tensor, 
 @moe_forward.register_fake
 def _(handle, hidden, router_logits, score_bias, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
       w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, poison=False):
-    s = _SHAPES[handle]
+    s = _SHAPES[int(handle)]  # int(): a handle Dynamo made dynamic (one function, several layers)
     T = hidden.shape[0]
     return (hidden.new_empty((T, s.hidden)), hidden.new_empty((T, s.top_k), dtype=torch.int32),
             hidden.new_empty((T, s.top_k), dtype=torch.float32))
@@ -246,7 +246,7 @@ def moe_experts(handle: int, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_
 @moe_experts.register_fake
 def _(handle, hidden, topk_ids, topk_weights, expert_map, w13, w13_scales, w13_expert_scale, b13, w2, w2_scales,
       w2_expert_scale, b2, gemm1_kernel, gemm2_kernel, poison=False):
-    return hidden.new_empty((hidden.shape[0], _SHAPES[handle].hidden))
+    return hidden.new_empty((hidden.shape[0], _SHAPES[int(handle)].hidden))
 
 
 @torch.library.custom_op("moegen::moe_experts_into", mutates_args=("out",))

@@ -116,26 +116,35 @@ def test_hash_route_masks_ids_outside_the_vocabulary_and_the_experts():
         hash_route(spec, logits, tid2eid.float(), input_ids)
 
 
-def test_compiled_calls_choose_their_kernels_in_the_op_not_in_the_trace():
-    """torch.compile(fullgraph=True) traces every entry point at any T, and the traced op is called with
-    kernels (-1, -1): the layer's dispatch picks them per call, inside the op, from the call's own T (a
-    trace at one T serving every T of a dynamic batch dimension would otherwise run the trace's kernels)."""
+def _meta_layer(model: str, handle: int):
+    """A MoeLayer with no library behind it (handle registered with the ops' fakes only) and meta
+    weights: torch.compile traces it through the fake implementations."""
     from types import SimpleNamespace
 
     from moegen import runtime
     from moegen.arch import get_arch
     from moegen.layout import PreparedGemm, PreparedWeights
 
-    spec = moegen.load_model("qwen3-30b-a3b")
+    spec = moegen.load_model(model)
     layer = object.__new__(runtime.MoeLayer)
-    handle = 10 ** 6  # no library behind it: the backend below never runs the op
     layer.library, layer.spec, layer.dispatch = SimpleNamespace(handle=handle), spec, None
     layer.kernels, layer.weight_layout = get_arch("sm90").fallback_configs(spec), "sm90_e2m1_atom64"
     runtime._SHAPES[handle] = runtime._LayerShape(spec.num_experts, spec.local_experts, spec.top_k, spec.hidden_size,
                                                   spec.local_intermediate, False, False, False, layer.weight_layout, 0)
     meta = torch.device("meta")
     gemm = PreparedGemm(torch.empty(1, device=meta), torch.empty(1, device=meta), torch.empty(1, device=meta), None)
-    weights = PreparedWeights(layer.weight_layout, gemm, gemm)
+    return layer, PreparedWeights(layer.weight_layout, gemm, gemm)
+
+
+def test_compiled_calls_choose_their_kernels_in_the_op_not_in_the_trace():
+    """torch.compile(fullgraph=True) traces every entry point at any T, and the traced op is called with
+    kernels (-1, -1): the layer's dispatch picks them per call, inside the op, from the call's own T (a
+    trace at one T serving every T of a dynamic batch dimension would otherwise run the trace's kernels)."""
+    from moegen import runtime
+
+    handle = 10 ** 6  # no library behind it: the backend below never runs the op
+    layer, weights = _meta_layer("qwen3-30b-a3b", handle)
+    spec, meta = layer.spec, torch.device("meta")
     graphs = []
 
     def backend(gm, example_inputs):  # runs the graph on meta tensors: the ops' fake implementations
@@ -158,3 +167,32 @@ def test_compiled_calls_choose_their_kernels_in_the_op_not_in_the_trace():
     assert runtime._kernels(handle, 3, 4, 1) == (3, 4)
     runtime._CHOOSE[handle] = layer.choose_kernels
     assert runtime._kernels(handle, -1, -1, 9000) == layer.choose_kernels(9000)
+
+
+def test_one_compiled_function_serves_several_layers():
+    """A function compiled once and called with two layers: on the second, Dynamo makes the handle a
+    dynamic int, and the ops' fake implementations must still find the layer's shapes (fullgraph, so a
+    graph break fails here rather than falling back to eager)."""
+    meta = torch.device("meta")
+    layers = [_meta_layer(model, 10 ** 6 + i) for i, model in enumerate(("qwen3-30b-a3b", "gpt-oss-20b"))]
+
+    def backend(gm, example_inputs):
+        return gm.forward
+
+    torch._dynamo.reset()
+    experts = torch.compile(lambda layer, w, h, ids, tw: layer.experts(h, ids, tw, w), fullgraph=True, backend=backend)
+    batched = torch.compile(lambda layer, w, x, c: layer.experts_batched(x, c, w, num_tokens=5), fullgraph=True,
+                            backend=backend)
+    forward = torch.compile(lambda layer, w, h, logits: layer(h, logits, w).out, fullgraph=True, backend=backend)
+    for layer, w in layers + layers:
+        spec = layer.spec
+        logits = torch.empty(7, spec.num_experts, dtype=torch.float32, device=meta)
+        assert forward(layer, w, torch.empty(7, spec.hidden_size, dtype=torch.bfloat16, device=meta),
+                       logits).shape == (7, spec.hidden_size)
+        h = torch.empty(7, spec.hidden_size, dtype=torch.bfloat16, device=meta)
+        ids = torch.empty(7, spec.top_k, dtype=torch.int32, device=meta)
+        tw = torch.empty(7, spec.top_k, dtype=torch.float32, device=meta)
+        assert experts(layer, w, h, ids, tw).shape == (7, spec.hidden_size)
+        x = torch.empty(spec.local_experts, 3, spec.hidden_size, dtype=torch.bfloat16, device=meta)
+        c = torch.empty(spec.local_experts, dtype=torch.int32, device=meta)
+        assert batched(layer, w, x, c).shape == x.shape

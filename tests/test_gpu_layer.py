@@ -156,6 +156,42 @@ def test_cuda_graph_replay(T):
         assert torch.equal(res.out, eager.out), "graph replay differs from eager"
 
 
+def test_threads_on_their_own_streams_share_a_layer():
+    """Each call takes its workspace from its own stream and the layer keeps no state between calls: two
+    threads calling one layer at once, each on a stream of its own, get bit for bit what each call gives
+    alone (one-block and many-block routing, the persistent grid at T = 700)."""
+    import threading
+
+    layer, w = _layer("deepseek-v4-flash")
+    spec = layer.spec
+    inputs = [random_inputs(spec, T, "cuda", _SEED + 40 + i) for i, T in enumerate((3, 700, 1, 64))]
+    alone = [layer(x.hidden, x.logits, w.prepared, x.score_bias).out for x in inputs]
+    torch.cuda.synchronize()
+    results, errors = {}, []
+
+    def worker(name, order):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                outs = [(i, layer(inputs[i].hidden, inputs[i].logits, w.prepared, inputs[i].score_bias,
+                                  poison=True).out) for _ in range(5) for i in order]
+            stream.synchronize()
+            results[name] = outs
+        except Exception as e:  # reported below, with the thread's name
+            errors.append(f"{name}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=("forward", (0, 1, 2, 3))),
+               threading.Thread(target=worker, args=("backward", (3, 2, 1, 0)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for name, outs in results.items():
+        for i, out in outs:
+            assert torch.equal(out, alone[i]), f"{name}: T = {inputs[i].hidden.shape[0]} differs from the call alone"
+
+
 # --- the experts-only entry point ---------------------------------------------------------------------
 
 def _local_reference(spec, w, x, ids, weights):

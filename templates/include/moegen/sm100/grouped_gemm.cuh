@@ -9,6 +9,8 @@
 // nothing returns to the host (CUTLASS's grouped scheduler reads them on the device; its alignment
 // checks need host shapes, so the layout guarantees them: K % 128 == 0, 32-byte aligned FP4 rows).
 #pragma once
+#include <atomic>
+
 #include <cutlass/cutlass.h>
 #include <cute/tensor.hpp>
 #include <cutlass/detail/sm100_blockscaled_layout.hpp>
@@ -112,11 +114,13 @@ __global__ void fill_group_args(GroupedGemmArgs a, typename G::Arrays arr) {
 }
 
 inline int sm_count() {
-  static int cache[64] = {};
+  static std::atomic<int> cache[64] = {};  // atomic: threads may launch concurrently
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  if (cache[device] == 0) cudaDeviceGetAttribute(&cache[device], cudaDevAttrMultiProcessorCount, device);
-  return cache[device];
+  int sms = cache[device].load(std::memory_order_relaxed);
+  if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+    cache[device].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 // The device arrays of `groups` groups carved from base (256-byte aligned each); returns the bytes they

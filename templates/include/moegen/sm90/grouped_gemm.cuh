@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "moegen/common.cuh"
 #include "moegen/sm90/gemm_params.cuh"
 #include "moegen/pdl.cuh"
@@ -710,19 +712,22 @@ __global__ void __launch_bounds__(G::kThreads, G::Tiling::kMinBlocksPerSm) group
 // CTAs of `kernel` that fit on the current device at once (for the persistent grid).  `cache` must be
 // the caller's own (one per kernel): a function-local static here would be one per template
 // specialization, and every GEMM kernel has the same pointer type, so all kernels of the library
-// would share the first one's count.
+// would share the first one's count.  Atomic: threads may launch concurrently (each stores the same
+// count).
 template <class Kernel>
-int resident_ctas(Kernel kernel, int threads, int smem_bytes, int (&cache)[64]) {
+int resident_ctas(Kernel kernel, int threads, int smem_bytes, std::atomic<int> (&cache)[64]) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  if (cache[device] == 0) {
+  int fit = cache[device].load(std::memory_order_relaxed);
+  if (fit == 0) {
     int per_sm = 0, sms = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
       return 0;
-    cache[device] = per_sm * sms;
+    fit = per_sm * sms;
+    cache[device].store(fit, std::memory_order_relaxed);
   }
-  return cache[device];
+  return fit;
 }
 
 // GEMM grids are persistent (as many CTAs as fit, each running a strided list of tiles) from this
@@ -753,7 +758,7 @@ int launch_grouped_gemm(const GemmParams& p, int max_work, long rows, cudaStream
   }
   long blocks = long(max_work) * G::kMTiles;
   if (G::kPersistent && persistent_grid(rows)) {
-    static int resident_cache[64] = {};  // per device ordinal; this function is one per kernel
+    static std::atomic<int> resident_cache[64] = {};  // per device ordinal; this function is one per kernel
     const int fit = resident_ctas(kernel, G::kThreads, G::kSmemBytes, resident_cache);
     if (fit > 0 && fit < blocks) blocks = fit;
   }

@@ -249,11 +249,10 @@ __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_ker
 // for.  Rows past offsets[kExperts] (other ranks' experts) are skipped.  The offsets predate x's
 // producer: each of its CTAs passed its own pdl_wait before this grid launched.
 //
-// This grid never waits for its own completion order (no pdl_wait), and GEMM2 waits only for the live
-// rows' counts, so the chain's end does not cover a skipped row's block.  Its offsets are therefore
-// read before the trigger: GEMM2 launches only once every block has triggered, so no block can read
-// the next call's offsets (rewritten after this call's finalize) whatever the PDL ordering between
-// grids that skip pdl_wait.
+// This grid calls no pdl_wait (it waits on counters) and GEMM2 waits only for the live rows' counts, so
+// no later wait covers a skipped row's block.  Hence the offsets are read before the trigger: GEMM2
+// launches only once every block has triggered, so no block can read the next call's offsets
+// (rewritten after this call's finalize), whatever PDL guarantees about grids that never wait.
 template <int K, int kExperts>
 __global__ void __launch_bounds__(kQuantizeRowThreads<K>) quantize_rows_e4m3_following_kernel(
     const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ offsets,

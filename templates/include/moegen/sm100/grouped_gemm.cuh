@@ -118,8 +118,10 @@ inline int sm_count() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   int sms = cache[device].load(std::memory_order_relaxed);
-  if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
     cache[device].store(sms, std::memory_order_relaxed);
+  }
   return sms;
 }
 

@@ -30,8 +30,9 @@ def _toolchain_error() -> str | None:
     return None
 
 
-if _toolchain_error() is not None:
-    pytest.skip(f"no toolchain: {_toolchain_error()}", allow_module_level=True)
+_NO_TOOLCHAIN = _toolchain_error()
+if _NO_TOOLCHAIN is not None:
+    pytest.skip(f"no toolchain: {_NO_TOOLCHAIN}", allow_module_level=True)
 
 TINY_DICT = {"name": "tiny", "num_experts": 8, "hidden_size": 256, "intermediate_size": 128,
              "router": {"kind": "softmax_topk", "top_k": 2}, "activation": {"kind": "swiglu"}}

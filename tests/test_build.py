@@ -370,7 +370,10 @@ def test_empty_object_fails_the_link_instead_of_the_dlopen(tmp_path, fake_toolch
 
 
 _BUILD_SCRIPT = textwrap.dedent("""
-    import sys
+    import faulthandler, signal, sys
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # _finish's stack dump of a stuck build
+    # A shell's background job starts with SIGINT ignored, and children inherit that: the tests send one.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pathlib import Path
     from moegen import build
     from moegen.build import Toolchain
@@ -419,6 +422,19 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _finish(proc: subprocess.Popen, timeout: float) -> str:
+    """A build process's stderr once it exits; past the timeout, a failure showing its threads' stacks."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        with open(f"/proc/{proc.pid}/status") as f:
+            masks = " ".join(line.strip() for line in f if line.startswith(("SigIgn", "SigCgt", "SigPnd", "ShdPnd")))
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        pytest.fail(f"the build did not exit within {timeout} s ({masks}):\n{proc.communicate()[1]}")
+
+
 def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain):
     """Ctrl-C (or SIGTERM through the CLI) ends a build within seconds: no queued compile starts, the
     running ones are killed with their children (cicc, ptxas), and the built library stays."""
@@ -435,7 +451,7 @@ def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain):
     assert len(list(pids.iterdir())) == 2, proc.communicate(timeout=60)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    err = _finish(proc, timeout=60)
     assert time.monotonic() - start < 10 and proc.returncode != 0 and "KeyboardInterrupt" in err
     started = [int(pid) for f in pids.iterdir() for pid in f.name.split("-")]
     assert len(started) == 4  # two compiles of the three, none queued after the interrupt

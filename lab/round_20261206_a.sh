@@ -4,7 +4,8 @@
 # Carry only the CUTLASS wheel:
 #   rm -rf .carry && mkdir -p .carry/whl && cp .whl/nvidia_cutlass-*.whl .carry/whl/ && git rev-parse --short HEAD > .carry/commit.txt
 #   NEW     the two new routing tests (builds the libraries they need)
-#   SUITE   the whole GPU suite; a first call on a fresh machine mostly compiles, call it again
+#   SUITE   the whole GPU suite; a first call on a fresh machine mostly compiles, call it again: each
+#           call skips the tests an earlier call on the machine passed (lab/pytest_resume.py)
 #   TARGET  when the whole suite does not fit: the layer tests of both DeepSeek models (BF16, their EP
 #           ranks, the W4A8 build of V4-Flash), Qwen3's EP rank, and every test that is not per variant
 #   AB      4077982's quantizer trigger against the one before it (carry it as
@@ -25,7 +26,10 @@ NEW)
     -k "underflow or signed_zero" 2>&1) > $D/tests-new.txt || rc=1
   grep -E "seed|passed|failed|error" $D/tests-new.txt | tail -6 ;;
 SUITE)
-  (timeout -k 5 ${LIMIT:-560} python3 -m pytest -m gpu tests/ -q -p no:cacheprovider 2>&1) > $D/tests-suite.txt || rc=1
+  (PYTHONPATH=$PYTHONPATH:$PWD/lab MOEGEN_RESUME_FILE=/tmp/suite-passed.txt timeout -k 5 ${LIMIT:-560} \
+    python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -p pytest_resume 2>&1) > $D/tests-suite.txt || rc=1
+  cp /tmp/suite-passed.txt $D/ 2>/dev/null
+  echo "passed on this machine so far: $(sort -u /tmp/suite-passed.txt 2>/dev/null | wc -l)"
   grep -E "seed|passed|failed|error|FAILED" $D/tests-suite.txt | tail -12 ;;
 TARGET)
   (timeout -k 5 ${LIMIT:-560} python3 -m pytest -m gpu tests/test_gpu_layer.py tests/test_gpu_w4a8.py -q -p no:cacheprovider \

@@ -26,10 +26,12 @@ NEW)
     -k "underflow or signed_zero" 2>&1) > $D/tests-new.txt || rc=1
   grep -E "seed|passed|failed|error" $D/tests-new.txt | tail -6 ;;
 SUITE)
-  (PYTHONPATH=$PYTHONPATH:$PWD/lab MOEGEN_RESUME_FILE=/tmp/suite-passed.txt timeout -k 5 ${LIMIT:-560} \
+  # keyed by the sources' bytes: a call with other code starts over
+  P=/tmp/suite-passed-$(find moegen templates tests configs -type f ! -path '*/__pycache__/*' | sort | xargs cat | sha256sum | cut -c1-16).txt
+  (PYTHONPATH=$PYTHONPATH:$PWD/lab MOEGEN_RESUME_FILE=$P timeout -k 5 ${LIMIT:-560} \
     python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -p pytest_resume 2>&1) > $D/tests-suite.txt || rc=1
-  cp /tmp/suite-passed.txt $D/ 2>/dev/null
-  echo "passed on this machine so far: $(sort -u /tmp/suite-passed.txt 2>/dev/null | wc -l)"
+  cp $P $D/suite-passed.txt 2>/dev/null
+  echo "passed on this machine with these sources so far: $(sort -u $P 2>/dev/null | wc -l)"
   grep -E "seed|passed|failed|error|FAILED" $D/tests-suite.txt | tail -12 ;;
 TARGET)
   (timeout -k 5 ${LIMIT:-560} python3 -m pytest -m gpu tests/test_gpu_layer.py tests/test_gpu_w4a8.py -q -p no:cacheprovider \

@@ -369,6 +369,8 @@ def test_empty_object_fails_the_link_instead_of_the_dlopen(tmp_path, fake_toolch
     assert read_manifest(p.out_dir).library == built.plan.library and not list(p.out_dir.glob(".*.tmp"))
 
 
+# A build in a process of its own, through build.build() or, with "cli" after the arguments, through
+# `moegen build` (whose SIGTERM handler is under test): argv = nvcc, CUTLASS include, out root, spec, kernels.
 _BUILD_SCRIPT = textwrap.dedent("""
     import faulthandler, signal, sys
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # _finish's stack dump of a stuck build
@@ -379,16 +381,20 @@ _BUILD_SCRIPT = textwrap.dedent("""
     from moegen.build import Toolchain
     from moegen.naming import parse_kernel_name
     from moegen.spec import load_model
-    nvcc, cutlass, root, spec_path = sys.argv[1:5]
-    kernels = [parse_kernel_name(n) for n in sys.argv[5].split(",")]
+    nvcc, cutlass, root, spec_path, names = sys.argv[1:6]
     tc = Toolchain(nvcc=nvcc, nvcc_version="V13.0.88", cutlass_include=Path(cutlass), cutlass_version="4.2.0")
+    if sys.argv[6:] == ["cli"]:
+        from moegen.cli import main
+        build.find_toolchain = lambda: tc
+        main(["build", "--model", spec_path, "--arch", "sm90", "--kernels", names, "--jobs", "2", "--out", root])  # exits
+    kernels = [parse_kernel_name(n) for n in names.split(",")]
     build.build(load_model(spec_path), "sm90", kernels, Path(root), jobs=2, log=lambda m: None, toolchain=tc)
 """)
 
 
-def _start_build(toolchain, root, spec_path, configs, env=None):
+def _start_build(toolchain, root, spec_path, configs, env=None, cli=False):
     return subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, toolchain.nvcc, str(toolchain.cutlass_include),
-                             str(root), str(spec_path), ",".join(c.name for c in configs)],
+                             str(root), str(spec_path), ",".join(c.name for c in configs), *(["cli"] if cli else [])],
                             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -435,24 +441,30 @@ def _finish(proc: subprocess.Popen, timeout: float) -> str:
         pytest.fail(f"the build did not exit within {timeout} s ({masks}):\n{proc.communicate()[1]}")
 
 
-def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain):
-    """Ctrl-C (or SIGTERM through the CLI) ends a build within seconds: no queued compile starts, the
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm-to-the-cli"])
+def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain, how):
+    """Ctrl-C, or SIGTERM to `moegen build`, ends a build within seconds: no queued compile starts, the
     running ones are killed with their children (cicc, ptxas), and the built library stays."""
     root, pids = tmp_path / "gen", tmp_path / "pids"
     pids.mkdir()
     spec_path = tmp_path / "tiny.yaml"
     spec_path.write_text(yaml.safe_dump(TINY))
     built = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
+    cli = how == "sigterm-to-the-cli"
     proc = _start_build(fake_toolchain, root, spec_path, TINY_SETS["b"],
-                        {"FAKE_NVCC_CHILD_PIDS": str(pids), "FAKE_NVCC_CHILD_SLEEP": "120"})
+                        {"FAKE_NVCC_CHILD_PIDS": str(pids), "FAKE_NVCC_CHILD_SLEEP": "120"}, cli=cli)
     deadline = time.monotonic() + 60
     while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:  # both parallel jobs running
         time.sleep(0.05)
     assert len(list(pids.iterdir())) == 2, proc.communicate(timeout=60)
     start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM if cli else signal.SIGINT)
     err = _finish(proc, timeout=60)
-    assert time.monotonic() - start < 10 and proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert time.monotonic() - start < 10 and proc.returncode != 0
+    if cli:  # click's one line, no traceback
+        assert err.strip().splitlines()[-1] == "Aborted!" and "Traceback" not in err, err
+    else:
+        assert "KeyboardInterrupt" in err
     started = [int(pid) for f in pids.iterdir() for pid in f.name.split("-")]
     assert len(started) == 4  # two compiles of the three, none queued after the interrupt
     assert not [pid for pid in started if _alive(pid)]

@@ -5,7 +5,8 @@
 #   rm -rf .carry && mkdir -p .carry/whl && cp .whl/nvidia_cutlass-*.whl .carry/whl/ && git rev-parse --short HEAD > .carry/commit.txt
 #   NEW     the two new routing tests (builds the libraries they need)
 #   SUITE   the whole GPU suite; a first call on a fresh machine mostly compiles, call it again: each
-#           call skips the tests an earlier call on the machine passed (lab/pytest_resume.py)
+#           call skips the tests an earlier call on the machine passed (lab/pytest_resume.py);
+#           FILES="tests/a.py tests/b.py" narrows it to those files
 #   TARGET  when the whole suite does not fit: the layer tests of both DeepSeek models (BF16, their EP
 #           ranks, the W4A8 build of V4-Flash), Qwen3's EP rank, and every test that is not per variant
 #   AB      4077982's quantizer trigger against the one before it (carry it as
@@ -29,7 +30,7 @@ SUITE)
   # keyed by the sources' bytes: a call with other code starts over
   P=/tmp/suite-passed-$(find moegen templates tests configs -type f ! -path '*/__pycache__/*' | sort | xargs cat | sha256sum | cut -c1-16).txt
   (PYTHONPATH=$PYTHONPATH:$PWD/lab MOEGEN_RESUME_FILE=$P timeout -k 5 ${LIMIT:-560} \
-    python3 -m pytest -m gpu tests/ -q -p no:cacheprovider -p pytest_resume 2>&1) > $D/tests-suite.txt || rc=1
+    python3 -m pytest -m gpu ${FILES:-tests/} -q -p no:cacheprovider -p pytest_resume 2>&1) > $D/tests-suite.txt || rc=1
   cp $P $D/suite-passed.txt 2>/dev/null
   echo "passed on this machine with these sources so far: $(sort -u $P 2>/dev/null | wc -l)"
   grep -E "seed|passed|failed|error|FAILED" $D/tests-suite.txt | tail -12 ;;

@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import itertools
 import math
 import os
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -60,10 +62,40 @@ class SpecError(ValueError):
     """A spec file or field is invalid; the message names file, field, value and expectation."""
 
 
+class _BoundedRepr(reprlib.Repr):
+    """A repr whose work is bounded, not only its text: YAML aliases make a file of a kilobyte a
+    value of billions of elements, which a full repr would build before cutting it."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother, self.maxlong = 3, 60, 60, 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 6
+
+    def repr_int(self, x, level):
+        return _huge_int(x) if x.bit_length() > 64 else super().repr_int(x, level)
+
+    def repr_dict(self, x, level):  # in the file's order: reprlib's own sorts the keys
+        if not x or level <= 0:
+            return "{...}" if x else "{}"
+        items = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+                 for k, v in itertools.islice(x.items(), self.maxdict)]
+        return "{" + ", ".join(items + (["..."] if len(x) > self.maxdict else [])) + "}"
+
+
+def _huge_int(value: int) -> str:
+    return f"<an integer of {value.bit_length()} bits>"  # repr of a huge int is slow, or refused
+
+
+_BOUNDED_REPR = _BoundedRepr()
+
+
 def shown(value: Any, limit: int = 80) -> str:
     """repr(value), cut to one short line: an error quotes the bad value, not a whole file."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"<an integer of {value.bit_length()} bits>"  # repr of a huge int is slow, or refused
+        return _huge_int(value)
+    if not isinstance(value, str):
+        text = _BOUNDED_REPR.repr(value)
+        return text if len(text) <= limit else f"{text[:limit - 3]}..."
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit - 12]}... ({len(text)} chars)"
 

@@ -3,6 +3,7 @@ and every bad file gives a SpecError naming the file, the (dotted) field, the ba
 expected."""
 import copy
 import dataclasses
+import time
 
 import pytest
 import yaml
@@ -504,3 +505,20 @@ def test_decimal_integers_with_leading_zeros_are_decimal(tmp_path):
     text = yaml.safe_dump(TINY).replace("num_experts: 8", "num_experts: 008")
     assert "num_experts: 008" in text
     assert load_model(write(tmp_path, text)).num_experts == 8
+
+
+@pytest.mark.parametrize("field", ["num_experts", "unknown_field"])
+def test_an_alias_bomb_is_quoted_without_expanding_it(tmp_path, field):
+    # nine levels of nine aliases: a 1-KB file whose value is 9**10 strings once expanded
+    levels = '["x","x","x","x","x","x","x","x","x"]'
+    for i in range(9):
+        levels = f"[&l{i} {levels}" + f",*l{i}" * 8 + "]"
+    shipped = (CONFIG_DIR / "models" / "qwen3-30b-a3b.yaml").read_text()
+    path = write(tmp_path, shipped + f"{field}: {levels}\n" if field == "unknown_field"
+                 else shipped.replace("num_experts: 128", f"num_experts: {levels}"))
+    started = time.monotonic()
+    with pytest.raises(SpecError, match=field) as excinfo:
+        load_model(path)
+    # a repr of the whole value takes 35-40 s and 2 GB before it is cut
+    assert time.monotonic() - started < 10
+    assert len(str(excinfo.value)) < 400 and "\n" not in str(excinfo.value)

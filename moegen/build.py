@@ -591,14 +591,14 @@ class _Compiles:
         self._running: set[subprocess.Popen] = set()
         self._stopped = False
 
-    def run(self, command: list[str], cwd: Path) -> tuple[int, str]:
+    def run(self, command: list[str], cwd: Path, scratch: Path) -> tuple[int, str]:
         with self._lock:
             if self._stopped:
                 return -1, "not started: the build was interrupted"
             # A process group of its own: nvcc's children (cicc, ptxas) hold its output pipe, and stop()
             # must end them all.
             proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
+                                    start_new_session=True, env=_scratch_env(scratch))
             self._running.add(proc)
         try:
             output, _ = proc.communicate()
@@ -617,15 +617,26 @@ class _Compiles:
                     pass
 
 
+def _scratch_env(scratch: Path) -> dict[str, str]:
+    """The environment for a compile or link whose temporary files go to `scratch`, inside the
+    staging directory: nvcc writes its intermediates (tens of MB a unit) under TMPDIR, and a killed
+    nvcc leaves them behind, so they must stay where the next build's staging clears them."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
+
+
 def _compile_one(plan: BuildPlan, step: CompileStep, nvcc: _Compiles):
     stage, store = plan.out_dir / STAGING, plan.store
     tmp = (store / _tmp_name(step.obj)).absolute()  # nvcc runs in the staging directory
+    scratch = stage / "tmp" / step.obj
     t0 = time.monotonic()
     try:
-        returncode, text = nvcc.run([*step.command, "-o", str(tmp)], cwd=stage)
+        returncode, text = nvcc.run([*step.command, "-o", str(tmp)], cwd=stage, scratch=scratch)
         ok = returncode == 0 and tmp.is_file() and tmp.stat().st_size > 0
     except OSError as e:
         text, ok = f"{step.command[0]}: {e}", False
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     _write_log(stage, step, text)
     if not ok:
         tmp.unlink(missing_ok=True)
@@ -652,7 +663,11 @@ def _link(plan: BuildPlan) -> None:
     link = list(plan.link_command)
     link[link.index(plan.library)] = tmp_lib
     try:
-        proc = subprocess.run(link, cwd=out, capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run(link, cwd=out, capture_output=True, text=True, check=False,
+                                  env=_scratch_env(out / STAGING / "tmp" / "link"))
+        finally:
+            shutil.rmtree(out / STAGING / "tmp" / "link", ignore_errors=True)
         if proc.returncode != 0:
             log_path = out / STAGING / "logs" / "link.log"
             atomic_write(log_path, " ".join(link) + "\n" + proc.stdout + proc.stderr)

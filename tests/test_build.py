@@ -451,8 +451,11 @@ def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain, 
     spec_path.write_text(yaml.safe_dump(TINY))
     built = run(tiny(), TINY_SETS["a"], root, fake_toolchain)
     cli = how == "sigterm-to-the-cli"
+    system_tmp = tmp_path / "system-tmp"  # the TMPDIR the user's shell has
+    system_tmp.mkdir()
     proc = _start_build(fake_toolchain, root, spec_path, TINY_SETS["b"],
-                        {"FAKE_NVCC_CHILD_PIDS": str(pids), "FAKE_NVCC_CHILD_SLEEP": "120"}, cli=cli)
+                        {"FAKE_NVCC_CHILD_PIDS": str(pids), "FAKE_NVCC_CHILD_SLEEP": "120",
+                         "TMPDIR": str(system_tmp)}, cli=cli)
     deadline = time.monotonic() + 60
     while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:  # both parallel jobs running
         time.sleep(0.05)
@@ -468,6 +471,8 @@ def test_interrupted_build_stops_its_compiles_at_once(tmp_path, fake_toolchain, 
     started = [int(pid) for f in pids.iterdir() for pid in f.name.split("-")]
     assert len(started) == 4  # two compiles of the three, none queued after the interrupt
     assert not [pid for pid in started if _alive(pid)]
+    # the killed compiles' intermediates stayed in the build directory's staging, never in TMPDIR
+    assert list(system_tmp.iterdir()) == []
     assert read_manifest(built.plan.out_dir).library == built.plan.library
     assert_consistent(built.plan.out_dir)
     assert not list((root / ".objects").glob(".*tmp*"))

@@ -4,11 +4,13 @@ build-info source with its fingerprint); `-shared -o LIB OBJ...` concatenates th
 like nvlink on a missing or empty one.  FAKE_NVCC_SLEEP (seconds, max random) widens race windows;
 FAKE_NVCC_LINK_SLEEP holds the link open (to kill a build mid-link); FAKE_NVCC_CHILD_PIDS (a directory)
 makes each compile wait for a child of its own, as nvcc waits for cicc and ptxas, which records both
-pids there and sleeps FAKE_NVCC_CHILD_SLEEP seconds holding the output pipe (to interrupt a build)."""
+pids there and sleeps FAKE_NVCC_CHILD_SLEEP seconds holding the output pipe (to interrupt a build).
+Like nvcc, it keeps an intermediate file under TMPDIR while it runs."""
 import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -18,6 +20,17 @@ def main(argv: list[str]) -> int:
         return 0
     time.sleep(random.uniform(0, float(os.environ.get("FAKE_NVCC_SLEEP", "0"))))
     out = argv[argv.index("-o") + 1]
+    # as nvcc does: intermediates under TMPDIR, removed on a normal exit, left behind when killed
+    scratch = os.path.join(tempfile.gettempdir(), f"tmpxft_{os.getpid():08x}_00000000-5_fake.cpp4.ii")
+    with open(scratch, "w") as f:
+        f.write("intermediate\n")
+    try:
+        return _run(argv, out)
+    finally:
+        os.unlink(scratch)
+
+
+def _run(argv: list[str], out: str) -> int:
     pids = os.environ.get("FAKE_NVCC_CHILD_PIDS")
     if "-c" in argv and pids:
         child = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(float(sys.argv[1]))",

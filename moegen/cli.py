@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,9 +38,25 @@ def _one_line_errors(fn):
         except errors as e:
             if os.environ.get("MOEGEN_TRACEBACK"):  # for debugging moegen itself
                 raise
-            text = " ".join(str(e).split())
+            text = (isinstance(e, OSError) and _stdout_failure(e)) or " ".join(str(e).split())
             raise click.ClickException(text or type(e).__name__) from None
     return wrapper
+
+
+def _stdout_failure(e: OSError) -> str | None:
+    """The error line for an OSError that writing standard output raised (a full disk, a closed pipe),
+    else None.  Every line the CLI prints goes through click.echo, whose frame names the stream."""
+    tb = e.__traceback__
+    while tb is not None and not (tb.tb_frame.f_globals.get("__name__") == "click.utils"
+                                  and tb.tb_frame.f_code.co_name == "echo"):
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_locals.get("file") is not sys.stdout:
+        return None
+    try:  # the unwritten rest goes nowhere; Python's own flush at exit would print a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return f"cannot write to standard output: {e.strerror or e}"
 
 
 def _manifest_activations(out_dir: Path) -> str:
@@ -116,10 +133,11 @@ def _same_file(a: Path, b: Path) -> bool:
 def _token_counts(option: str, text: str, spec, minimum: int = 0) -> list[int]:
     """Token counts for the spec's layer: at most the tokens one call takes (moegen.problem.max_tokens)."""
     from .problem import max_tokens
-    try:
-        values = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: expected comma-separated integers", param_hint=option) from None
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    # int() alone also takes '1_0' and non-ASCII digits, and refuses more than 4300 digits in its own words
+    if not all(re.fullmatch(r"-?[0-9]+", t) for t in parts):
+        raise click.BadParameter(f"{shown(text)}: expected comma-separated integers", param_hint=option)
+    values = [int(t) if len(t) <= 19 else (-math.inf if t[0] == "-" else math.inf) for t in parts]
     most = max_tokens(spec)
     if not values or any(v < minimum or v > most for v in values):
         raise click.BadParameter(f"{shown(text)}: expected comma-separated integers from {minimum} to {most} "
@@ -184,6 +202,12 @@ class _OneLineGroup(click.Group):
             sys.exit(e.exit_code)
         except click.Abort:
             click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except OSError as e:  # from click's own output (--help) or a command's, to a full disk or closed pipe
+            message = _stdout_failure(e)
+            if message is None:
+                raise
+            click.echo(f"Error: {message}", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 

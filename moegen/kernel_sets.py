@@ -45,7 +45,10 @@ def resolve_kernels(spec: ModelSpec, arch: str, kernels: str, shipped_root=SHIPP
         return policy.candidate_configs(spec)
     if kernels == "shortlist":
         return policy.shortlist_configs(spec)
-    configs = [parse_kernel_name(n.strip()) for n in kernels.split(",") if n.strip()]
+    try:
+        configs = [parse_kernel_name(n.strip()) for n in kernels.split(",") if n.strip()]
+    except ValueError as e:
+        raise ValueError(f"--kernels: {e}, or one of 'default', 'all', 'shortlist'") from None
     if not configs:
         raise ValueError(f"--kernels {kernels!r}: expected 'default', 'all', 'shortlist' or comma-separated kernel names")
     for c in configs:

@@ -129,6 +129,7 @@ def test_build_reaches_the_builder_with_default_configs(runner, monkeypatch, tmp
     (["--kernels", ""], ["--kernels ''"]),
     (["--kernels", "moegen_sm90_gemm1_m64n24k64s3,moegen_sm90_gemm2_m64n8k64s3"], ["block_n = 24 is not on the sm90 axis"]),
     (["--tp", "0"], ["--tp"]),
+    (["--kernels", "ALL"], ["--kernels: kernel name 'ALL'", "'default', 'all', 'shortlist'"]),
 ])
 def test_build_bad_options_are_one_line_errors(runner, no_compiler, tmp_path, args, fragments):
     result = runner.invoke(cli.main, ["build", "--model", "deepseek-v4-flash", "--arch", "sm90",
@@ -217,6 +218,11 @@ def test_clean_on_a_root_without_a_store(runner, tmp_path):
 @pytest.mark.parametrize("args, fragments", [
     (["bench", "--model", "deepseek-v4-flash", "--tokens", "abc"], [" bench: ", "--tokens", "'abc'"]),
     (["check", "--model", "deepseek-v4-flash", "--tokens", "3000000"], ["--tokens", "from 0 to 2097151"]),
+    # int() would read these as 10, 1 and a 5000-digit number
+    (["check", "--model", "deepseek-v4-flash", "--tokens", "1_0"], ["--tokens", "'1_0'", "comma-separated integers"]),
+    (["check", "--model", "deepseek-v4-flash", "--tokens", "\uff11"], ["--tokens", "comma-separated integers"]),
+    (["check", "--model", "deepseek-v4-flash", "--tokens", "1" * 5000], ["--tokens", "(5002 chars)"]),
+    (["tune", "--model", "deepseek-v4-flash", "--buckets", "1,2_0"], ["--buckets", "'1,2_0'"]),
     (["build", "--model", "deepseek-v4-flash"], [" build: ", "--arch", "sm90"]),
     (["tune", "--model", "deepseek-v4-flash", "--buckets", "0"], ["--buckets", "from 1 to"]),
     (["nosuch"], ["nosuch"]),
@@ -345,3 +351,18 @@ def test_default_build_adds_the_picks_of_the_users_tables(runner, monkeypatch, t
     warned = [line for line in result.output.splitlines() if line.startswith("Warning:")]
     assert len(warned) == 1 and str(path) in warned[0] and "not built" in warned[0]
     assert set(seen["configs"]) == set(shipped)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["list"], ["--help"], ["build", "--help"],
+                                  ["spec", "--from-config", "tests/data/hf_configs/deepseek-v3.json", "--name", "v3"]])
+def test_a_standard_output_that_fails_is_a_one_line_error(args):
+    """`moegen list > /dev/full` (or into a closed pipe): one line naming standard output, no traceback."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    with open("/dev/full", "w") as full:
+        run = subprocess.run([sys.executable, "-m", "moegen", *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                             cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == ["Error: cannot write to standard output: No space left on device"], run.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from .paths import DEFAULT_OUT, blocking_file, unwritable_dir
-from .spec import NAME_PATTERN, SpecError, known_models, load_model, shown
+from .spec import NAME_PATTERN, NAME_RULE, SpecError, is_name, known_models, load_model, shown
 
 ARCH_CHOICES = ["sm90", "sm100"]
 
@@ -445,9 +445,8 @@ def spec_command(config, name, output) -> None:
     """Write the YAML spec of the MoE layer a config.json describes."""
     from .artifact import atomic_write
     from .hf_config import spec_from_config, spec_yaml
-    if name is not None and not NAME_PATTERN.fullmatch(name):
-        raise click.BadParameter(f"{name!r}: expected lower-case letters, digits, '.', '_' or '-' (64 at most), "
-                                 "starting with a letter or digit", param_hint="--name")
+    if name is not None and not is_name(name):
+        raise click.BadParameter(f"{shown(name)}: expected {NAME_RULE}", param_hint="--name")
     if output and _same_file(output, config):
         raise click.BadParameter(f"{output}: is the config.json being read, expected another path",
                                  param_hint="--output")

@@ -15,6 +15,7 @@ Ground floor: it imports spec, problem, naming and paths only.
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -132,8 +133,8 @@ def read_table(path: Path) -> dict:
         if not ok:
             raise DispatchError(f"{path}: bucket {shown(b)}: expected tokens > 0 and a gemm1 and a gemm2 kernel name")
         if not _number_or_null(b.setdefault("us", None)):  # a hand-written bucket may give no time
-            raise DispatchError(f"{path}: bucket {shown(b)}: field 'us' = {shown(b.get('us'))}: expected a number "
-                                "or null")
+            raise DispatchError(f"{path}: bucket {shown(b)}: field 'us' = {shown(b.get('us'))}: expected a finite "
+                                "number >= 0 or null")
     tokens = sorted(b["tokens"] for b in buckets)
     twice = next((t for t, u in zip(tokens, tokens[1:]) if t == u), None)
     if twice is not None:
@@ -150,7 +151,8 @@ def read_table(path: Path) -> dict:
 
 
 def _number_or_null(v) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+    # the tuner writes a failed timing as null: NaN or Infinity (which Python's json reads) is a damaged file
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
 
 
 def _measurement_ok(row) -> bool:

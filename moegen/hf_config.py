@@ -140,7 +140,8 @@ def default_name(path: Path) -> str:
     # normalized first: config.json given from inside its directory, or as ../x/config.json, has a parent name
     path = Path(os.path.abspath(path))
     stem = path.parent.name if path.name == "config.json" else path.stem
-    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")[:64].rstrip("-._") or "model"  # NAME_PATTERN
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^a-z0-9._-]+", "-", stem.lower()))
+    return name.strip("-._")[:64].rstrip("-._") or "model"  # spec.is_name
 
 
 def spec_from_config(path: str | Path, name: str | None = None) -> ModelSpec:

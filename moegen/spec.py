@@ -41,8 +41,13 @@ MAX_TOP_K = 32
 MAX_HIDDEN = 32768
 MAX_INTERMEDIATE = 32768
 # Names become directory and C++ identifier parts: lower-case letters, digits, '.', '_' and '-',
-# starting with a letter or digit (so never '..', '/', a newline or an absolute path).
+# starting with a letter or digit, no '..' (so never a parent directory, '/', a newline or an absolute path).
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+NAME_RULE = "1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'"
+
+
+def is_name(text: Any) -> bool:
+    return isinstance(text, str) and NAME_PATTERN.fullmatch(text) is not None and ".." not in text
 
 
 _validating = contextvars.ContextVar("moegen_spec_validating", default=False)
@@ -276,9 +281,8 @@ class _Fields:
 
     def name(self, key, *, required=False):
         v = self._get(key, None, required)
-        if not isinstance(v, str) or not NAME_PATTERN.fullmatch(v) or ".." in v:
-            _fail(self.source, self.prefix + key, v,
-                  "a name of 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit")
+        if not is_name(v):
+            _fail(self.source, self.prefix + key, v, f"a name of {NAME_RULE}")
         return v
 
     def sub(self, key, *, required=False):

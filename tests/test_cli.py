@@ -230,6 +230,7 @@ def test_clean_on_a_root_without_a_store(runner, tmp_path):
     (["bench", "--model", "x", "--warm-seconds", "inf"], ["--warm-seconds", "'inf'"]),
     (["check", "--model", "x", "--seed", str(10 ** 23)], ["--seed"]),
     (["spec", "--from-config", "x.json", "--name", "BAD NAME"], ["--name", "'BAD NAME'", "lower-case"]),
+    (["spec", "--from-config", "x.json", "--name", "a..b"], ["--name", "'a..b'", "without '..'"]),
 ])
 def test_usage_errors_are_one_line(runner, args, fragments):
     result = runner.invoke(cli.main, args)

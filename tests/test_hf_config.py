@@ -68,6 +68,7 @@ def test_spec_names_and_header_from_any_config_path(tmp_path, monkeypatch):
     monkeypatch.chdir(model_dir_with(tmp_path / "My Model", "gpt-oss-20b"))
     for path in ("config.json", "./config.json", "../My Model/config.json"):
         assert spec_from_config(path).name == "my-model", path
+    assert spec_from_config(model_dir_with(tmp_path / "v2..final", "gpt-oss-20b") / "config.json").name == "v2.final"
     odd = model_dir_with(tmp_path / "p\nq", "gpt-oss-20b")
     out = tmp_path / "odd.yaml"
     result = CliRunner().invoke(cli.main, ["spec", "--from-config", str(odd / "config.json"), "-o", str(out)])

@@ -272,7 +272,10 @@ def _valid_table_text(**changes) -> str:
     (dict(problem_key="e8-l8-k2-h512-i256"), "field 'problem_key' = 'e8-l8-k2-h512-i256': expected"),
     (dict(problem_key=7), "field 'problem_key' = 7: expected e<experts>"),
     (dict(arch="sm100"), "field 'arch' = 'sm100': expected 'sm90'"),
-    (dict(buckets=[{"tokens": 4, "gemm1": NAMES[0], "gemm2": NAMES[-1], "us": "fast"}]), "bucket .*: field 'us' = 'fast'")])
+    (dict(buckets=[{"tokens": 4, "gemm1": NAMES[0], "gemm2": NAMES[-1], "us": "fast"}]), "bucket .*: field 'us' = 'fast'"),
+    (dict(buckets=[{"tokens": 4, "gemm1": NAMES[0], "gemm2": NAMES[-1], "us": math.nan}]), "bucket .*: field 'us' = nan"),
+    (dict(measurements=[[4, NAMES[0], NAMES[-1], -math.inf, 1980, 700, "gemm2", ""]]), r"measurement \[4, "),
+])
 def test_tables_are_checked_before_use(tmp_path, changes, why):
     """Every field the runtime and the tuner read is checked, and a table filed under another GPU's or
     problem's name is refused: one line naming the file, never a KeyError later."""

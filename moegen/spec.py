@@ -397,8 +397,16 @@ _UniqueKeyLoader.yaml_implicit_resolvers = {
 _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                                        list("tTfF"))
 _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int",  # decimal: YAML 1.1 reads `010` as octal 8
-                                 lambda loader, node: int(loader.construct_scalar(node), 10))
+def _decimal_int(loader, node) -> int:
+    """Decimal (YAML 1.1 reads `010` as octal 8).  Past int()'s 4300 digits, an integer of about that
+    size, so that the field's own check refuses it by name."""
+    text = loader.construct_scalar(node)
+    if len(text.lstrip("+-")) > 4000:
+        return (-1 if text.startswith("-") else 1) << int(len(text) * 3.33)
+    return int(text, 10)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _decimal_int)
 _UniqueKeyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),

@@ -457,3 +457,11 @@ def test_consumer_step_k():
     assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 128, 6), k1440) == cs.RULES[-1][0]
     assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 128, 8), k1440) is None
     assert rejection_reason(KernelConfig("sm90", "gemm2", 64, 8, 64, 6), GemmShape(2048, 768)) is None  # whole tiles loop
+
+
+def test_a_layer_no_fallback_fits_names_the_fields_and_the_reason():
+    tiny = model_from_dict(dict(TINY.to_dict(), hidden_size=32, intermediate_size=32, activations="fp8"), "xtiny.yaml")
+    with pytest.raises(ValueError, match=r"^xtiny.yaml: no decode gemm1 kernel of sm90 fits this layer \(gemm1 N=64, "
+                                         r"K=32; the last tried, moegen_sm90_gemm1_\w+: prefetch distance.*"
+                                         r"expected a larger hidden_size or intermediate_size"):
+        get_arch("sm90", "fp8").fallback_configs(tiny)

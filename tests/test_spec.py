@@ -522,3 +522,10 @@ def test_an_alias_bomb_is_quoted_without_expanding_it(tmp_path, field):
     # a repr of the whole value takes 35-40 s and 2 GB before it is cut
     assert time.monotonic() - started < 10
     assert len(str(excinfo.value)) < 400 and "\n" not in str(excinfo.value)
+
+
+def test_an_integer_past_python_s_digit_limit_is_refused_by_its_field(tmp_path):
+    shipped = (CONFIG_DIR / "models" / "qwen3-30b-a3b.yaml").read_text()
+    path = write(tmp_path, shipped.replace("num_experts: 128", "num_experts: " + "1" * 5000))
+    with pytest.raises(SpecError, match=r"field 'num_experts' = <an integer of \d+ bits>: expected an integer"):
+        load_model(path)

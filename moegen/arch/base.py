@@ -89,13 +89,16 @@ class ArchPolicy:
             for regime, choices in self.fallback.items():
                 for m, n, k, s in choices:
                     c = self.config(gemm, m, n, k, s)
-                    if self.rejection_reason(c, shape) is None:
+                    reason = self.rejection_reason(c, shape)
+                    if reason is None:
                         if c not in out:
                             out.append(c)
                         break
                 else:
-                    raise ValueError(f"{spec.source}: no {regime} {gemm} config of {self.name} fits "
-                                     f"N={shape.n}, K={shape.k}")
+                    raise ValueError(f"{spec.source}: no {regime} {gemm} kernel of {self.name} fits this layer "
+                                     f"({gemm} N={shape.n}, K={shape.k}; the last tried, {c.name}: {reason}); "
+                                     "expected a larger hidden_size or intermediate_size, or --kernels naming "
+                                     "kernels that fit (`--kernels all` builds every one that does)")
         return out
 
     def shortlist_configs(self, spec: ModelSpec) -> list[KernelConfig]:

@@ -38,9 +38,16 @@ def _one_line_errors(fn):
         except errors as e:
             if os.environ.get("MOEGEN_TRACEBACK"):  # for debugging moegen itself
                 raise
-            text = (isinstance(e, OSError) and _stdout_failure(e)) or " ".join(str(e).split())
+            text = (isinstance(e, OSError) and (_stdout_failure(e) or _os_error_line(e))) or " ".join(str(e).split())
             raise click.ClickException(text or type(e).__name__) from None
     return wrapper
+
+
+def _os_error_line(e: OSError) -> str | None:
+    """'<path>: <reason>' for an OSError about a path, the path cut short (a name too long is one of them)."""
+    if not e.strerror or e.filename is None:
+        return None
+    return f"{shown(os.fsdecode(e.filename))}: {e.strerror}"
 
 
 def _stdout_failure(e: OSError) -> str | None:

@@ -367,3 +367,11 @@ def test_a_standard_output_that_fails_is_a_one_line_error(args):
                              cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == ["Error: cannot write to standard output: No space left on device"], run.stderr
+
+
+def test_a_path_error_quotes_the_path_short(runner, tmp_path):
+    """An OSError about a path (here a name past the file system's 255 bytes) is '<path, cut>: <reason>'."""
+    out = tmp_path / ("a" * 300)
+    result = runner.invoke(cli.main, ["sass", "--model", "qwen3-30b-a3b", "--out", str(out)])
+    one_line_error(result, "chars): File name too long")
+    assert "[Errno" not in result.output and len(result.output) < 200

@@ -206,14 +206,43 @@ def read_manifest(out_dir: Path) -> Manifest:
 
 
 def verify_library(m: Manifest) -> None:
-    """The library the manifest names exists, is a file, and has the manifest's sha256."""
+    """The library the manifest names exists, is a file, has the manifest's sha256, and embeds the build
+    info of the manifest's fingerprint with the manifest's variant, arch and kernel table (an edited
+    manifest keeps the library's sha256)."""
     lib = m.library_path
     if not lib.exists():
         raise ArtifactError(f"{lib}: library named by {m.path} is missing; rebuild")
     if not lib.is_file():
         raise ArtifactError(f"{lib}: not a file (the manifest names it as the library); rebuild")
-    if file_sha256(lib) != m.library_sha256:
+    data = lib.read_bytes()
+    if hashlib.sha256(data).hexdigest() != m.library_sha256:
         raise ArtifactError(f"{lib}: its sha256 differs from {m.path}'s (a stale or damaged library); rebuild")
+    info = embedded_build_info(data, m.fingerprint)
+    if info is None:
+        raise ArtifactError(f"{lib}: embeds no build info of the fingerprint {m.fingerprint[:16]} that {m.path} "
+                            "gives; rebuild")
+    for field, value in (("variant", m.variant), ("arch", m.arch), ("kernels", list(m.kernels))):
+        if info.get(field) != value:
+            raise ArtifactError(f"{m.path}: field '{field}' = {shown(value)}: expected {shown(info.get(field))}, "
+                                "which its library embeds; rebuild")
+
+
+_BUILD_INFO_OPENING = b'{"abi_version": '  # build_info.cu's JSON, its keys sorted
+
+
+def embedded_build_info(data: bytes, fingerprint: str) -> dict | None:
+    """The build info (moegen.render.build_info_source) a library's bytes hold for this fingerprint."""
+    decoder = json.JSONDecoder()
+    start = data.find(_BUILD_INFO_OPENING)
+    while start != -1:
+        try:
+            info, _ = decoder.raw_decode(data[start:start + (4 << 20)].decode("utf-8", "replace"))
+        except ValueError:
+            info = None
+        if isinstance(info, dict) and info.get("fingerprint") == fingerprint:
+            return info
+        start = data.find(_BUILD_INFO_OPENING, start + 1)
+    return None
 
 
 def built_spec(m: Manifest, expected: ModelSpec | None = None) -> ModelSpec:

@@ -20,7 +20,7 @@ import yaml
 
 from moegen import build, render
 from moegen.arch import get_arch
-from moegen.artifact import file_sha256, read_manifest
+from moegen.artifact import ArtifactError, file_sha256, read_manifest
 from moegen.build import BuildError, Toolchain, plan_build, ptxas_resources, tree_digest
 from moegen.naming import KernelConfig
 from moegen.spec import load_model, model_from_dict
@@ -754,3 +754,17 @@ def test_a_bad_object_store_leaves_no_output_directory(tmp_path):
     with pytest.raises(build.BuildError, match="object store"):
         build.run_build(p, jobs=1, log=lambda m: None)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field, value", [("kernels", []), ("kernels", [{"name": "moegen_sm90_gemm1_m64n8k64s4"}]),
+                                          ("variant", "other"), ("arch", "sm100")])
+def test_an_edited_manifest_is_refused_by_its_library(tmp_path, fake_toolchain, field, value):
+    """The manifest's variant, arch and kernel table must be what the library embeds: an edit keeps the
+    library's sha256, so that alone would not catch it."""
+    from moegen.artifact import verify_library
+    out = run(tiny(), TINY_SETS["a"], tmp_path / "gen", fake_toolchain).plan.out_dir
+    verify_library(read_manifest(out))
+    data = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps(dict(data, **{field: value})))
+    with pytest.raises(ArtifactError, match=rf"manifest.json: field '{field}' = .*which its library embeds"):
+        verify_library(read_manifest(out))

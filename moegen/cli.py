@@ -47,7 +47,8 @@ def _os_error_line(e: OSError) -> str | None:
     """'<path>: <reason>' for an OSError about a path, the path cut short (a name too long is one of them)."""
     if not e.strerror or e.filename is None:
         return None
-    return f"{shown(os.fsdecode(e.filename))}: {e.strerror}"
+    name = os.fsdecode(e.filename) if isinstance(e.filename, (str, bytes)) else str(e.filename)
+    return f"{shown(name)}: {e.strerror}"
 
 
 def _stdout_failure(e: OSError) -> str | None:

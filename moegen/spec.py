@@ -397,6 +397,8 @@ _UniqueKeyLoader.yaml_implicit_resolvers = {
 _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                                        list("tTfF"))
 _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+
+
 def _decimal_int(loader, node) -> int:
     """Decimal (YAML 1.1 reads `010` as octal 8).  Past int()'s 4300 digits, an integer of about that
     size, so that the field's own check refuses it by name."""

@@ -76,8 +76,8 @@ class _BoundedRepr(reprlib.Repr):
         self.maxlevel, self.maxstring, self.maxother, self.maxlong = 3, 60, 60, 60
         self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 6
 
-    def repr_int(self, x, level):
-        return _huge_int(x) if x.bit_length() > 64 else super().repr_int(x, level)
+    def repr_int(self, x, level):  # repr of a huge int is slow, or refused
+        return f"<an integer of {x.bit_length()} bits>" if x.bit_length() > 64 else super().repr_int(x, level)
 
     def repr_dict(self, x, level):  # in the file's order: reprlib's own sorts the keys
         if not x or level <= 0:
@@ -87,17 +87,11 @@ class _BoundedRepr(reprlib.Repr):
         return "{" + ", ".join(items + (["..."] if len(x) > self.maxdict else [])) + "}"
 
 
-def _huge_int(value: int) -> str:
-    return f"<an integer of {value.bit_length()} bits>"  # repr of a huge int is slow, or refused
-
-
 _BOUNDED_REPR = _BoundedRepr()
 
 
 def shown(value: Any, limit: int = 80) -> str:
     """repr(value), cut to one short line: an error quotes the bad value, not a whole file."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return _huge_int(value)
     if not isinstance(value, str):
         text = _BOUNDED_REPR.repr(value)
         return text if len(text) <= limit else f"{text[:limit - 3]}..."

@@ -20,7 +20,7 @@ import yaml
 
 from moegen import build, render
 from moegen.arch import get_arch
-from moegen.artifact import ArtifactError, file_sha256, read_manifest
+from moegen.artifact import ArtifactError, embedded_build_info, file_sha256, read_manifest, verify_library
 from moegen.build import BuildError, Toolchain, plan_build, ptxas_resources, tree_digest
 from moegen.naming import KernelConfig
 from moegen.spec import load_model, model_from_dict
@@ -275,26 +275,15 @@ TINY_SETS = {"a": [KernelConfig("sm90", "gemm1", 64, 8, 64, 4), KernelConfig("sm
                    KernelConfig("sm90", "gemm2", 64, 32, 64, 3)]}
 
 
-def embedded_build_info(lib: Path) -> dict:
-    m = re.search(rb'R"moegen\((.*?)\)moegen"', lib.read_bytes(), re.S)
-    assert m, f"{lib}: no build info"
-    return json.loads(m.group(1))
-
-
 def assert_consistent(out_dir: Path) -> dict:
     """The manifest names a library that exists, has the manifest's sha256, and embeds its fingerprint
-    and kernel table."""
+    and kernel table (verify_library); returns that build info."""
     m = read_manifest(out_dir)
-    lib = m.library_path
-    assert lib.is_file(), f"{lib} missing"
-    assert file_sha256(lib) == m.library_sha256
-    info = embedded_build_info(lib)
-    assert info["fingerprint"] == m.fingerprint
-    assert info["kernels"] == list(m.kernels)
+    verify_library(m)
     libraries = {p.name for p in out_dir.glob("libmoegen-*.so")}
     assert m.library in libraries and len(libraries) <= 2, libraries  # the previous build's kept for a generation
     assert not list(out_dir.glob(".*.tmp"))
-    return info
+    return embedded_build_info(m.library_path.read_bytes(), m.fingerprint)
 
 
 def run(spec, configs, root, toolchain, **kw):
@@ -761,7 +750,6 @@ def test_a_bad_object_store_leaves_no_output_directory(tmp_path):
 def test_an_edited_manifest_is_refused_by_its_library(tmp_path, fake_toolchain, field, value):
     """The manifest's variant, arch and kernel table must be what the library embeds: an edit keeps the
     library's sha256, so that alone would not catch it."""
-    from moegen.artifact import verify_library
     out = run(tiny(), TINY_SETS["a"], tmp_path / "gen", fake_toolchain).plan.out_dir
     verify_library(read_manifest(out))
     data = json.loads((out / "manifest.json").read_text())
